@@ -1,0 +1,40 @@
+# Set-up and entry points. `make demo` and `make test` work on a fresh clone: they build .venv first.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# CPU wheel here; on a GPU cluster set TORCH_SPEC to your CUDA build (or pre-install torch in the venv)
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test export check bench readme
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(STAMP)
+
+demo: install
+	$(VENV)/bin/chimera-nb demo
+
+test: install
+	$(PY) -m pytest
+
+# after editing notebooks: write the package from them and strip outputs/metadata
+export: install
+	$(VENV)/bin/nbdev-export
+	$(VENV)/bin/nbdev-clean
+
+# the package must be the export of the notebooks, and the notebooks clean
+check: install
+	$(VENV)/bin/nbdev-export && $(VENV)/bin/nbdev-clean
+	git diff --exit-code -- chimera_nb nbs || (echo "chimera_nb/ or nbs/ is out of sync: run 'make export' and commit" && exit 1)
+
+bench: install
+	$(PY) bench/bench_schedules.py
+
+# README.md is the executed index notebook (nbdev-readme needs Quarto, which this offline machine lacks)
+readme: install
+	$(VENV)/bin/jupyter nbconvert --to markdown --execute nbs/index.ipynb --output-dir . --output README --log-level WARN
