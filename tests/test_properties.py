@@ -72,7 +72,10 @@ def test_chimera_doubling_and_halving_beat_direct_when_backward_is_twice_forward
     tl = simulate(dataclasses.replace(s, recompute=False), Costs(1, 1, 1))
     bound = 3 * N + 1.5 * (D - 2)   # the basic unit's bubbles only (halving's split W can dip below it)
     assert tl.compute_makespan < direct
-    if concat == 'doubling': assert bound <= tl.compute_makespan
+    if concat == 'doubling':
+        # exactly the basic unit's D-2 bubble slots (one backward = one doubled forward each): no intermediate bubbles
+        assert bound <= tl.compute_makespan
+        if k > 2: assert tl.compute_makespan == 3 * N + 2 * (D - 2)
     assert tl.compute_makespan <= 1.10 * bound  # within 10% of no intermediate bubbles
     assert max(simulate(s).peak_activations) <= D
 
