@@ -83,7 +83,7 @@ def _peer(rank, world, width, layers, mb_size, N, steps, warmup):
     steppers['torch.distributed.pipelining Schedule1F1B'] = torch_step
     rts = {}
     for key, s, kw in (('chimera_nb 1f1b', make_schedule('1f1b', D, N), {}),
-                       ('chimera_nb 1f1b, sends inline', make_schedule('1f1b', D, N), dict(send_thread=False)),
+                       ('chimera_nb 1f1b, sender thread', make_schedule('1f1b', D, N), dict(send_thread=True)),
                        ('chimera_nb chimera', make_schedule('chimera', D, N), {})):
         rt = rts[key] = PipelineRuntime(s, mlp_stages(D, width, layers_per_stage=layers, dropout=0.0, seed=0), loss_fn,
                                         trace=False, **kw)
@@ -126,7 +126,7 @@ if __name__ == '__main__':
     parts = sys.argv[1:] or ['emulated', 'peer', 'paper']
     if 'emulated' in parts:
         bench_emulated()
-        bench_emulated(send_thread=True)  # sends handed to the send thread (the default with real compute)
+        bench_emulated(send_thread=True)  # sends handed to a sender thread (option; inline is the default)
     if 'paper' in parts: bench_emulated(D=32, N=32, steps=3)  # paper-scale replay: 32 processes on this machine
     if 'peer' in parts:
         bench_peer()

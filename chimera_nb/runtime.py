@@ -9,7 +9,7 @@ __all__ = ['microbatch_seed', 'seeded', 'rng_state', 'mlp_stages', 'reference_st
            'PipelineFailure', 'report_failure', 'job_store', 'read_failures', 'PipelineRuntime', 'init_from_env',
            'launch_local', 'check_against_reference', 'emulate_schedule']
 
-# %% ../nbs/06_runtime.ipynb #8db2edd0
+# %% ../nbs/06_runtime.ipynb #5fdd5242
 import contextlib, dataclasses, datetime, math, os, pickle, re, signal, socket, time, traceback
 import multiprocessing as mp
 from multiprocessing.connection import wait as _mp_wait
@@ -22,7 +22,7 @@ from fastcore.basics import patch
 from .schedules import Schedule, Action, validate, make_schedule, pipe_tag
 from .simulate import Event, Timeline, Costs, simulate
 
-# %% ../nbs/06_runtime.ipynb #0cf4be0a
+# %% ../nbs/06_runtime.ipynb #16ad2cb0
 def microbatch_seed(seed:int, # base seed of the run
                     step:int, # optimizer step
                     stage:int, # model stage
@@ -33,7 +33,7 @@ def microbatch_seed(seed:int, # base seed of the run
     for v in (seed, step, stage, microbatch): h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h >> 1
 
-# %% ../nbs/06_runtime.ipynb #ecac349a
+# %% ../nbs/06_runtime.ipynb #b42ca2b2
 @contextlib.contextmanager
 def seeded(seed:int|None, # seed to run under (None: leave the RNG alone)
            state=None, # or a saved `rng_state()` to restore
@@ -54,7 +54,7 @@ def rng_state(device=None):
     cuda = torch.cuda.get_rng_state(device) if device is not None and torch.device(device).type == 'cuda' else None
     return (torch.get_rng_state(), cuda)
 
-# %% ../nbs/06_runtime.ipynb #2880da32
+# %% ../nbs/06_runtime.ipynb #23d23596
 def mlp_stages(num_stages:int, # number of pipeline stages S
                width:int=16, # hidden size
                layers_per_stage:int=1, # Linear+GELU+Dropout blocks per stage
@@ -76,7 +76,7 @@ def mlp_stages(num_stages:int, # number of pipeline stages S
         stages.append(nn.Sequential(*layers))
     return stages
 
-# %% ../nbs/06_runtime.ipynb #59fd8203
+# %% ../nbs/06_runtime.ipynb #a80126e4
 def reference_step(stages:Sequence, # all stage modules, in order
                    inputs:Sequence, # the global batch as micro-batches (W × N of them)
                    targets:Sequence, # their targets
@@ -94,7 +94,7 @@ def reference_step(stages:Sequence, # all stage modules, in order
         total += loss.item()
     return total / n
 
-# %% ../nbs/06_runtime.ipynb #040da28e
+# %% ../nbs/06_runtime.ipynb #a1ff3f4f
 class Msg(NamedTuple):
     "An activation ('a', into `stage`) or output gradient ('g', of `stage`) of one micro-batch of one pipe."
     kind: str
@@ -118,7 +118,7 @@ def action_messages(a:Action, s:Schedule):
     else: need, out = None, []
     return need, out
 
-# %% ../nbs/06_runtime.ipynb #9734db5d
+# %% ../nbs/06_runtime.ipynb #ade41451
 class Plan(NamedTuple):
     "What one rank receives and sends, per action, and in which order each peer sends to it."
     rank: int
@@ -139,7 +139,7 @@ def plan(s:Schedule, rank:int) -> Plan:
         if msgs: incoming[r] = msgs
     return Plan(rank, needs, sends, incoming)
 
-# %% ../nbs/06_runtime.ipynb #3b41cf32
+# %% ../nbs/06_runtime.ipynb #618b3c51
 class PipelineFailure(RuntimeError):
     "A pipeline step stopped because some rank failed; the message names the rank and action."
 
@@ -170,7 +170,7 @@ def read_failures(store, wait:float=0.0) -> list:
             return [f'(failure reports unreadable: the store is gone: {type(e).__name__})']
         time.sleep(0.05)
 
-# %% ../nbs/06_runtime.ipynb #1237165f
+# %% ../nbs/06_runtime.ipynb #47def933
 class PipelineRuntime:
     "Runs any `Schedule` on torch.distributed: P2P, gradient sync over replicas and data-parallel ranks, tracing."
     def __init__(self,
@@ -188,7 +188,7 @@ class PipelineRuntime:
                  autocast:bool|None=None, # bf16 autocast (default: on for CUDA)
                  on_action:Callable|None=None, # hook(runtime, action) before each action (debugging, fault injection)
                  channels:bool|None=None, # one process group per direction of each communicating pair (default: on CUDA)
-                 send_thread:bool|None=None, # CPU: make the send calls on a helper thread (default: unless emulating)
+                 send_thread:bool=False, # CPU: make the send calls on a helper thread (helps only on an oversubscribed CPU)
                 ):
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised: call init_from_env() (torchrun/srun) "
@@ -216,7 +216,6 @@ class PipelineRuntime:
         self._pg = dist.distributed_c10d._get_default_group()
         self.step_count, self.timeline, self.stats = 0, None, {}
         self._shapes = self._given_shapes((1,) if shapes is None and self.emulate is not None else shapes)
-        if send_thread is None: send_thread = self.emulate is None  # a sleeping rank has nothing to overlap a send with
         self._sender = None if self.cuda or not send_thread else ThreadPoolExecutor(1, thread_name_prefix='chimera-send')
         self._use_channels = self.cuda if channels is None else bool(channels)
         if self.emulate is None and schedule.num_stages - 1 in self.stages and loss_fn is None:
@@ -226,7 +225,7 @@ class PipelineRuntime:
         self._make_channels(self._use_channels)
         self._broadcast_weights()
 
-# %% ../nbs/06_runtime.ipynb #415abff4
+# %% ../nbs/06_runtime.ipynb #519a7aa9
 @patch
 def _own_stages(self:PipelineRuntime, stages) -> dict:
     s, mine = self.schedule, self.schedule.stages_of(self.prank)
@@ -252,7 +251,7 @@ def _given_shapes(self:PipelineRuntime, shapes):
     if isinstance(shapes, dict): return {s: (tuple(v), dt) for s, v in shapes.items()}
     return {s: (tuple(shapes), dt) for s in range(1, self.schedule.num_stages)}
 
-# %% ../nbs/06_runtime.ipynb #c48c6918
+# %% ../nbs/06_runtime.ipynb #fb648e55
 @patch
 def _check_peers(self:PipelineRuntime):
     s = self.schedule
@@ -305,7 +304,7 @@ def parameters(self:PipelineRuntime):
         for p in m.parameters():
             if id(p) not in seen: seen.add(id(p)); yield p
 
-# %% ../nbs/06_runtime.ipynb #a14a193b
+# %% ../nbs/06_runtime.ipynb #8c5798cb
 @patch
 def _probe_shapes(self:PipelineRuntime, inputs) -> dict:
     s, shapes, cur = self.schedule, {}, None
@@ -328,7 +327,7 @@ def _probe_shapes(self:PipelineRuntime, inputs) -> dict:
 def _autocast_ctx(self:PipelineRuntime):
     return torch.autocast('cuda', dtype=torch.bfloat16) if self.autocast and self.cuda else contextlib.nullcontext()
 
-# %% ../nbs/06_runtime.ipynb #db026d80
+# %% ../nbs/06_runtime.ipynb #3c2a85ac
 @patch
 def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
 
@@ -403,7 +402,7 @@ def _peer_failure(self:PipelineRuntime, a:Action, what:str, err:Exception) -> Pi
     return PipelineFailure(f"rank {self.rank} stopped at action {a.token()} while {what}: {cause} "
                            f"[{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}]")
 
-# %% ../nbs/06_runtime.ipynb #6b4f5a11
+# %% ../nbs/06_runtime.ipynb #5523a8c6
 @patch
 def _forward(self:PipelineRuntime, a:Action, x, st:dict, grad:bool):
     s = self.schedule
@@ -470,7 +469,7 @@ def _sleep_until(deadline:float, spin:float=3e-4):
     if rem > spin: time.sleep(rem - spin)
     while time.perf_counter() < deadline: time.sleep(0)
 
-# %% ../nbs/06_runtime.ipynb #25294100
+# %% ../nbs/06_runtime.ipynb #70aef11f
 @patch
 def _start_allreduce(self:PipelineRuntime, stage:int, st:dict):
     g = self.groups.get(stage)
@@ -498,7 +497,7 @@ def _poll_allreduce(self:PipelineRuntime, st:dict):
     for item in st['allreduce']:
         if item[5] is None and item[0].is_completed(): item[5] = time.perf_counter() - st['t0']
 
-# %% ../nbs/06_runtime.ipynb #abc74e24
+# %% ../nbs/06_runtime.ipynb #eae2d30c
 @patch
 def step(self:PipelineRuntime,
          inputs:Sequence|None=None, # N micro-batch inputs of this data-parallel replica (first-stage ranks)
@@ -562,7 +561,7 @@ def step(self:PipelineRuntime,
         self._poll_allreduce(st)
     return self._finish_step(events, st, optimizer)
 
-# %% ../nbs/06_runtime.ipynb #afdc50f7
+# %% ../nbs/06_runtime.ipynb #deb00638
 @patch
 def _finish_step(self:PipelineRuntime, events:list, st:dict, optimizer) -> float:
     t_sends = time.perf_counter()
@@ -604,7 +603,7 @@ def _gather(self:PipelineRuntime, events:list) -> Timeline:
     return Timeline.from_schedule(self.schedule, mine, source='measured' if self.emulate is None else 'emulated',
                                   step=self.step_count, dp_rank=self.dp_rank, dp_width=self.W, rank_stats=stats)
 
-# %% ../nbs/06_runtime.ipynb #1f94d3a9
+# %% ../nbs/06_runtime.ipynb #75376c64
 def _first_host(nodelist:str) -> str:
     "First host of a SLURM node list such as `c1[01-04,07],c2a05`."
     m = re.match(r'([^,\[]+)(?:\[([^\]]+)\])?', nodelist.strip())
@@ -634,7 +633,7 @@ def init_from_env(backend:str|None=None, # 'gloo' or 'nccl' (default: nccl with 
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
     return rank, world, local
 
-# %% ../nbs/06_runtime.ipynb #4add439b
+# %% ../nbs/06_runtime.ipynb #bf777c1a
 def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout):
     try:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
@@ -655,7 +654,7 @@ def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout):
     conn.close()
     os._exit(code)  # skip interpreter teardown: no hang on a half-dead process group
 
-# %% ../nbs/06_runtime.ipynb #8cb62150
+# %% ../nbs/06_runtime.ipynb #790b3b75
 def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every process
                  world_size:int, # number of processes
                  *args,
@@ -684,7 +683,7 @@ def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in ev
     if failure: raise PipelineFailure(failure)
     return results
 
-# %% ../nbs/06_runtime.ipynb #9422cd17
+# %% ../nbs/06_runtime.ipynb #4c3a46c9
 def _supervise(procs, conns, store, timeout, grace) -> tuple:
     "Collect results; on the first failure record it, wait `grace`, terminate the rest; return (results, failure text)."
     n, results, errors, got = len(procs), [None] * len(procs), {}, {}
@@ -727,7 +726,7 @@ def _supervise(procs, conns, store, timeout, grace) -> tuple:
                          f"{reports[0] if reports else errors[min(errors)]}\n" + '\n'.join(lines))
     return results, None
 
-# %% ../nbs/06_runtime.ipynb #dcbcc303
+# %% ../nbs/06_runtime.ipynb #85579af9
 def check_against_reference(rank:int, world:int, # given by launch_local
                             name:str, # schedule name
                             N:int, # micro-batches per replica
@@ -766,7 +765,7 @@ def check_against_reference(rank:int, world:int, # given by launch_local
     params = {st: [p.detach().clone() for p in m.parameters()] for st, m in rt.stages.items()}
     return dict(loss_err=loss_err, grad_err=err, params=params, timeline=rt.timeline if rank == 0 else None)
 
-# %% ../nbs/06_runtime.ipynb #36ff7537
+# %% ../nbs/06_runtime.ipynb #1767fdf2
 def emulate_schedule(rank:int, world:int, # given by launch_local
                      schedule:Schedule, # the schedule to replay
                      costs:Costs, # durations in seconds
