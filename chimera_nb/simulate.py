@@ -7,13 +7,13 @@ Docs: https://chimera-nb.github.io/chimera_nb/simulate.html.md"""
 # %% auto #0
 __all__ = ['COMPUTE', 'Costs', 'Event', 'Timeline', 'simulate', 'closed_form', 'compare_table']
 
-# %% ../nbs/01_simulate.ipynb #0b7dfb06
+# %% ../nbs/01_simulate.ipynb #c4661d6c
 import math, dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, replay, make_schedule, SCHEDULES, validate
 
-# %% ../nbs/01_simulate.ipynb #75c39b19
+# %% ../nbs/01_simulate.ipynb #471e1444
 @dataclass
 class Costs:
     "Per-micro-batch times of one stage: forward, backward (input-grad), weight (weight-grad), and communication."
@@ -50,7 +50,7 @@ class Costs:
         "Time of one point-to-point message."
         return self.p2p + (self.p2p_bytes / self.bandwidth if self.p2p_bytes else 0.0)
 
-# %% ../nbs/01_simulate.ipynb #9520761a
+# %% ../nbs/01_simulate.ipynb #9dd13f37
 COMPUTE = ('F', 'B', 'W')
 
 class Event(NamedTuple):
@@ -66,7 +66,7 @@ class Event(NamedTuple):
     @property
     def action(self) -> Action: return Action(self.kind, self.stage, self.microbatch, self.pipe)
 
-# %% ../nbs/01_simulate.ipynb #2e2d943e
+# %% ../nbs/01_simulate.ipynb #f7d7b983
 @dataclass
 class Timeline:
     "Timed actions per rank, with the metrics every comparison needs."
@@ -93,7 +93,12 @@ class Timeline:
 
     def rank_events(self, rank:int, kinds=COMPUTE) -> list:
         "Events of `rank` (compute only by default) in time order."
-        return [e for e in self.events if e.rank == rank and e.kind in kinds]
+        if getattr(self, '_by_rank', None) is None or self._by_rank[0] is not self.events or self._by_rank[1] != len(self.events):
+            by = [[] for _ in range(self.num_ranks)]
+            for e in self.events:
+                if 0 <= e.rank < self.num_ranks: by[e.rank].append(e)
+            self._by_rank = (self.events, len(self.events), by)  # per-rank index, rebuilt if events change
+        return [e for e in self._by_rank[2][rank] if e.kind in kinds] if 0 <= rank < self.num_ranks else []
 
     @property
     def makespan(self) -> float:
@@ -149,7 +154,7 @@ class Timeline:
         return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
                 f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
-# %% ../nbs/01_simulate.ipynb #2be46bfe
+# %% ../nbs/01_simulate.ipynb #375b40b1
 def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
     "Timed simulation of `schedule` under `costs` (unit F and B, free communication by default)."
     if not isinstance(schedule, Schedule): raise TypeError(f"simulate expects a Schedule, got {type(schedule).__name__}")
@@ -161,13 +166,15 @@ def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
               for r, order in enumerate(schedule.orders) for a in order]
     ar = costs._per_stage(costs.allreduce, schedule, 'allreduce')
     last = 'W' if schedule.split_backward else 'B'
+    stage_done = {}  # when each stage's last backward (or W) ends, over all its replicas
+    for e in events:
+        if e.kind == last and e.end > stage_done.get(e.stage, -math.inf): stage_done[e.stage] = e.end
     comm_free = [0.0] * schedule.num_ranks
     ready = []
     for st in range(schedule.num_stages):
         reps = schedule.replicas(st)
         if len(reps) < 2 or ar[st] <= 0: continue
-        done = max(e.end for e in events if e.stage == st and e.kind == last)
-        ready.append((done, st, reps))
+        ready.append((stage_done[st], st, reps))
     for done, st, reps in sorted(ready):
         start = max([done] + [comm_free[r] for r in reps])
         for r in reps:
@@ -175,7 +182,7 @@ def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
             comm_free[r] = start + ar[st]
     return Timeline.from_schedule(schedule, events)
 
-# %% ../nbs/01_simulate.ipynb #5cf1b52d
+# %% ../nbs/01_simulate.ipynb #8cd5c7ac
 def closed_form(name:str, stages:int, microbatches:int, chunks:int=2, **_) -> dict:
     "The published bubble ratio, weight copies and activation range of schedule `name` (F = B, no communication)."
     D, N = stages, microbatches
@@ -192,7 +199,7 @@ def closed_form(name:str, stages:int, microbatches:int, chunks:int=2, **_) -> di
     b, w, (lo, hi) = forms[name]
     return dict(bubble=b, weights=w, act_min=lo, act_max=hi)
 
-# %% ../nbs/01_simulate.ipynb #b9b080b6
+# %% ../nbs/01_simulate.ipynb #7ccaccc4
 def compare_table(items, costs:Costs|None=None):
     """A pandas table of simulated metrics beside the closed forms, for `items`: `Schedule`s, `Timeline`s or
     (name, D, N, options) tuples."""
