@@ -7,13 +7,13 @@ Docs: https://chimera-nb.github.io/chimera_nb/cli.html.md"""
 # %% auto #0
 __all__ = ['DEMO_SCHEDULES', 'print_tables', 'train_demo', 'demo', 'main']
 
-# %% ../nbs/11_cli.ipynb #b7edfd4c
+# %% ../nbs/11_cli.ipynb #4e6fc47d
 import argparse, sys
 from pathlib import Path
 from .schedules import make_schedule, SCHEDULES
 from .simulate import simulate, Costs, compare_table
 
-# %% ../nbs/11_cli.ipynb #6e304bd9
+# %% ../nbs/11_cli.ipynb #0be71342
 DEMO_SCHEDULES = [('gpipe', {}), ('1f1b', {}), ('gems', {}), ('chimera', {}), ('chimera', dict(concat='doubling')),
                   ('chimera', dict(concat='halving')), ('interleaved-1f1b', dict(chunks=2)), ('zb-h1', {}), ('dualpipev', {})]
 
@@ -32,7 +32,7 @@ def print_tables(stages:int=4, # pipeline depth D
         print(tab.drop(columns=['source']).to_string(index=False, float_format=lambda x: f"{x:.3f}"), file=out)
     return s
 
-# %% ../nbs/11_cli.ipynb #78d04f8d
+# %% ../nbs/11_cli.ipynb #2e662f6b
 def train_demo(stages:int=4, # pipeline depth D = number of local processes
                microbatches:int=8, # micro-batches N
                steps:int=3, # SGD steps
@@ -60,7 +60,7 @@ def train_demo(stages:int=4, # pipeline depth D = number of local processes
         print(f"  timeline (measured over predicted): {html}", file=out)
     return dict(loss_err=loss_err, grad_err=grad_err, replicas_identical=same, timeline=tl)
 
-# %% ../nbs/11_cli.ipynb #1637bc1c
+# %% ../nbs/11_cli.ipynb #3a809b95
 def demo(stages:int=4, # pipeline depth D
          microbatches:int=8, # micro-batches N
          train:bool=True, # also run the real multi-process training check
@@ -70,7 +70,7 @@ def demo(stages:int=4, # pipeline depth D
     print_tables(stages, microbatches, out)
     if train: return train_demo(stages, microbatches, html=html, out=out)
 
-# %% ../nbs/11_cli.ipynb #8c538dbc
+# %% ../nbs/11_cli.ipynb #9e1036b7
 def main(argv=None):
     "Entry point of the `chimera-nb` command."
     p = argparse.ArgumentParser(prog='chimera-nb', description=__doc__ or 'chimera_nb command line')

@@ -9,7 +9,7 @@ __all__ = ['microbatch_seed', 'seeded', 'rng_state', 'mlp_stages', 'reference_st
            'PipelineFailure', 'report_failure', 'job_store', 'read_failures', 'PipelineRuntime', 'init_from_env',
            'launch_local', 'check_against_reference', 'emulate_schedule']
 
-# %% ../nbs/06_runtime.ipynb #ea6fbd62
+# %% ../nbs/06_runtime.ipynb #c9968486
 import contextlib, dataclasses, datetime, math, os, pickle, re, signal, socket, time, traceback
 import multiprocessing as mp
 from multiprocessing.connection import wait as _mp_wait
@@ -22,7 +22,7 @@ from fastcore.basics import patch
 from .schedules import Schedule, Action, validate, make_schedule, pipe_tag
 from .simulate import Event, Timeline, Costs, simulate
 
-# %% ../nbs/06_runtime.ipynb #ef8cb759
+# %% ../nbs/06_runtime.ipynb #6bca76d7
 def microbatch_seed(seed:int, # base seed of the run
                     step:int, # optimizer step
                     stage:int, # model stage
@@ -33,7 +33,7 @@ def microbatch_seed(seed:int, # base seed of the run
     for v in (seed, step, stage, microbatch): h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h >> 1
 
-# %% ../nbs/06_runtime.ipynb #52e74604
+# %% ../nbs/06_runtime.ipynb #5fa31c90
 @contextlib.contextmanager
 def seeded(seed:int|None, # seed to run under (None: leave the RNG alone)
            state=None, # or a saved `rng_state()` to restore
@@ -54,7 +54,7 @@ def rng_state(device=None):
     cuda = torch.cuda.get_rng_state(device) if device is not None and torch.device(device).type == 'cuda' else None
     return (torch.get_rng_state(), cuda)
 
-# %% ../nbs/06_runtime.ipynb #c442fd59
+# %% ../nbs/06_runtime.ipynb #a0aa5c30
 def mlp_stages(num_stages:int, # number of pipeline stages S
                width:int=16, # hidden size
                layers_per_stage:int=1, # Linear+GELU+Dropout blocks per stage
@@ -76,7 +76,7 @@ def mlp_stages(num_stages:int, # number of pipeline stages S
         stages.append(nn.Sequential(*layers))
     return stages
 
-# %% ../nbs/06_runtime.ipynb #8d0129af
+# %% ../nbs/06_runtime.ipynb #5f873d09
 def reference_step(stages:Sequence, # all stage modules, in order
                    inputs:Sequence, # the global batch as micro-batches (W × N of them)
                    targets:Sequence, # their targets
@@ -94,7 +94,7 @@ def reference_step(stages:Sequence, # all stage modules, in order
         total += loss.item()
     return total / n
 
-# %% ../nbs/06_runtime.ipynb #bd47fea1
+# %% ../nbs/06_runtime.ipynb #171d11bf
 class Msg(NamedTuple):
     "An activation ('a', into `stage`) or output gradient ('g', of `stage`) of one micro-batch of one pipe."
     kind: str
@@ -118,7 +118,7 @@ def action_messages(a:Action, s:Schedule):
     else: need, out = None, []
     return need, out
 
-# %% ../nbs/06_runtime.ipynb #2d45e48c
+# %% ../nbs/06_runtime.ipynb #dd3cef03
 class Plan(NamedTuple):
     "What one rank receives and sends, per action, and in which order each peer sends to it."
     rank: int
@@ -139,7 +139,7 @@ def plan(s:Schedule, rank:int) -> Plan:
         if msgs: incoming[r] = msgs
     return Plan(rank, needs, sends, incoming)
 
-# %% ../nbs/06_runtime.ipynb #63888a96
+# %% ../nbs/06_runtime.ipynb #33109354
 class PipelineFailure(RuntimeError):
     "A pipeline step stopped because some rank failed; the message names the rank and action."
 
@@ -170,7 +170,7 @@ def read_failures(store, wait:float=0.0) -> list:
             return [f'(failure reports unreadable: the store is gone: {type(e).__name__})']
         time.sleep(0.05)
 
-# %% ../nbs/06_runtime.ipynb #b9caa236
+# %% ../nbs/06_runtime.ipynb #3791dafd
 class PipelineRuntime:
     "Runs any `Schedule` on torch.distributed: P2P, gradient sync over replicas and data-parallel ranks, tracing."
     def __init__(self,
@@ -225,7 +225,7 @@ class PipelineRuntime:
         self._make_channels(self._use_channels)
         self._broadcast_weights()
 
-# %% ../nbs/06_runtime.ipynb #7f29fb73
+# %% ../nbs/06_runtime.ipynb #21377eee
 @patch
 def _own_stages(self:PipelineRuntime, stages) -> dict:
     s, mine = self.schedule, self.schedule.stages_of(self.prank)
@@ -251,7 +251,7 @@ def _given_shapes(self:PipelineRuntime, shapes):
     if isinstance(shapes, dict): return {s: (tuple(v), dt) for s, v in shapes.items()}
     return {s: (tuple(shapes), dt) for s in range(1, self.schedule.num_stages)}
 
-# %% ../nbs/06_runtime.ipynb #8d533a13
+# %% ../nbs/06_runtime.ipynb #033724db
 @patch
 def _check_peers(self:PipelineRuntime):
     s = self.schedule
@@ -304,7 +304,7 @@ def parameters(self:PipelineRuntime):
         for p in m.parameters():
             if id(p) not in seen: seen.add(id(p)); yield p
 
-# %% ../nbs/06_runtime.ipynb #b73e90de
+# %% ../nbs/06_runtime.ipynb #43e173ad
 @patch
 def _probe_shapes(self:PipelineRuntime, inputs) -> dict:
     s, shapes, cur = self.schedule, {}, None
@@ -327,7 +327,7 @@ def _probe_shapes(self:PipelineRuntime, inputs) -> dict:
 def _autocast_ctx(self:PipelineRuntime):
     return torch.autocast('cuda', dtype=torch.bfloat16) if self.autocast and self.cuda else contextlib.nullcontext()
 
-# %% ../nbs/06_runtime.ipynb #75a6571e
+# %% ../nbs/06_runtime.ipynb #ef7ce483
 @patch
 def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
 
@@ -402,7 +402,7 @@ def _peer_failure(self:PipelineRuntime, a:Action, what:str, err:Exception) -> Pi
     return PipelineFailure(f"rank {self.rank} stopped at action {a.token()} while {what}: {cause} "
                            f"[{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}]")
 
-# %% ../nbs/06_runtime.ipynb #63beae45
+# %% ../nbs/06_runtime.ipynb #25133c14
 @patch
 def _forward(self:PipelineRuntime, a:Action, x, st:dict, grad:bool):
     s = self.schedule
@@ -482,7 +482,7 @@ def _sleep_until(deadline:float, spin:float=3e-4):
     if rem > spin: time.sleep(rem - spin)
     while time.perf_counter() < deadline: time.sleep(0)
 
-# %% ../nbs/06_runtime.ipynb #e4006de0
+# %% ../nbs/06_runtime.ipynb #8a60e1df
 @patch
 def _start_allreduce(self:PipelineRuntime, stage:int, st:dict):
     g = self.groups.get(stage)
@@ -510,7 +510,7 @@ def _poll_allreduce(self:PipelineRuntime, st:dict):
     for item in st['allreduce']:
         if item[5] is None and item[0].is_completed(): item[5] = time.perf_counter() - st['t0']
 
-# %% ../nbs/06_runtime.ipynb #cc501af5
+# %% ../nbs/06_runtime.ipynb #acefb15b
 @patch
 def step(self:PipelineRuntime,
          inputs:Sequence|None=None, # N micro-batch inputs of this data-parallel replica (first-stage ranks)
@@ -574,7 +574,7 @@ def step(self:PipelineRuntime,
         self._poll_allreduce(st)
     return self._finish_step(events, st, optimizer)
 
-# %% ../nbs/06_runtime.ipynb #14079cd0
+# %% ../nbs/06_runtime.ipynb #c2f8cb11
 @patch
 def _finish_step(self:PipelineRuntime, events:list, st:dict, optimizer) -> float:
     t_sends = time.perf_counter()
@@ -616,7 +616,7 @@ def _gather(self:PipelineRuntime, events:list) -> Timeline:
     return Timeline.from_schedule(self.schedule, mine, source='measured' if self.emulate is None else 'emulated',
                                   step=self.step_count, dp_rank=self.dp_rank, dp_width=self.W, rank_stats=stats)
 
-# %% ../nbs/06_runtime.ipynb #664e3875
+# %% ../nbs/06_runtime.ipynb #b0c71e17
 def _first_host(nodelist:str) -> str:
     "First host of a SLURM node list such as `c1[01-04,07],c2a05`."
     m = re.match(r'([^,\[]+)(?:\[([^\]]+)\])?', nodelist.strip())
@@ -646,7 +646,7 @@ def init_from_env(backend:str|None=None, # 'gloo' or 'nccl' (default: nccl with 
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
     return rank, world, local
 
-# %% ../nbs/06_runtime.ipynb #a235b131
+# %% ../nbs/06_runtime.ipynb #4672faba
 def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout):
     try:
         os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
@@ -667,7 +667,7 @@ def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout):
     conn.close()
     os._exit(code)  # skip interpreter teardown: no hang on a half-dead process group
 
-# %% ../nbs/06_runtime.ipynb #fc17da1d
+# %% ../nbs/06_runtime.ipynb #acec4852
 def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every process
                  world_size:int, # number of processes
                  *args,
@@ -696,7 +696,7 @@ def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in ev
     if failure: raise PipelineFailure(failure)
     return results
 
-# %% ../nbs/06_runtime.ipynb #7e55cef9
+# %% ../nbs/06_runtime.ipynb #12d699ea
 def _supervise(procs, conns, store, timeout, grace) -> tuple:
     "Collect results; on the first failure record it, wait `grace`, terminate the rest; return (results, failure text)."
     n, results, errors, got = len(procs), [None] * len(procs), {}, {}
@@ -739,7 +739,7 @@ def _supervise(procs, conns, store, timeout, grace) -> tuple:
                          f"{reports[0] if reports else errors[min(errors)]}\n" + '\n'.join(lines))
     return results, None
 
-# %% ../nbs/06_runtime.ipynb #ad8e1584
+# %% ../nbs/06_runtime.ipynb #b569adaf
 def check_against_reference(rank:int, world:int, # given by launch_local
                             name:str, # schedule name
                             N:int, # micro-batches per replica
@@ -778,7 +778,7 @@ def check_against_reference(rank:int, world:int, # given by launch_local
     params = {st: [p.detach().clone() for p in m.parameters()] for st, m in rt.stages.items()}
     return dict(loss_err=loss_err, grad_err=err, params=params, timeline=rt.timeline if rank == 0 else None)
 
-# %% ../nbs/06_runtime.ipynb #94b2766c
+# %% ../nbs/06_runtime.ipynb #6dd40c5c
 def emulate_schedule(rank:int, world:int, # given by launch_local
                      schedule:Schedule, # the schedule to replay
                      costs:Costs, # durations in seconds

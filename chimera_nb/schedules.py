@@ -9,13 +9,13 @@ __all__ = ['KINDS', 'CHIMERA_CONCAT', 'SCHEDULES', 'Action', 'pipe_tag', 'tag_pi
            'ScheduleError', 'replay', 'validate', 'list_schedule', 'gpipe', 'one_f_one_b', 'chimera_placement',
            'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'make_schedule']
 
-# %% ../nbs/00_schedules.ipynb #1f325eab
+# %% ../nbs/00_schedules.ipynb #85a93b6d
 import csv, heapq, inspect, io, re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple, Callable, Iterable
 
-# %% ../nbs/00_schedules.ipynb #b5737de3
+# %% ../nbs/00_schedules.ipynb #bafb6d5a
 KINDS = ('F', 'B', 'W')
 
 class Action(NamedTuple):
@@ -31,7 +31,7 @@ class Action(NamedTuple):
         "Compact text form, e.g. `F2.d0` (forward of stage 2 for micro-batch 0 of the down pipe)."
         return f"{self.kind}{self.stage}.{pipe_tag(self.pipe)}{self.microbatch}"
 
-# %% ../nbs/00_schedules.ipynb #a0004427
+# %% ../nbs/00_schedules.ipynb #c2f9414b
 _DOWN_TAGS, _UP_TAGS = 'defghi', 'uvwxyz'
 
 def pipe_tag(pipe:int) -> str:
@@ -55,7 +55,7 @@ def parse_action(token:str) -> Action:
     k, s, t, mb = m.groups()
     return Action(k, int(s), int(mb), tag_pipe(t))
 
-# %% ../nbs/00_schedules.ipynb #a81dd07b
+# %% ../nbs/00_schedules.ipynb #8cfdd22a
 @dataclass(eq=False)
 class Schedule:
     "A placement of (pipe, stage) on ranks plus each rank's ordered actions."
@@ -114,7 +114,7 @@ class Schedule:
         if self.num_ranks > 8: rows.append(f"  … {self.num_ranks - 8} more ranks")
         return '\n'.join([head] + rows)
 
-# %% ../nbs/00_schedules.ipynb #c6e9fe0b
+# %% ../nbs/00_schedules.ipynb #808326d5
 def _infer_placement(orders) -> dict:
     placement = {}
     for r, order in enumerate(orders):
@@ -137,7 +137,7 @@ def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw)
     return Schedule(name, len(orders), num_stages, num_pipes, microbatches, placement, [list(o) for o in orders],
                     split_backward=split, **kw)
 
-# %% ../nbs/00_schedules.ipynb #1526935f
+# %% ../nbs/00_schedules.ipynb #4ab57519
 def _to_text(self:Schedule) -> str:
     "Text form: header, placement per pipe, then one line of tokens per rank."
     lines = [f"# schedule {self.name} ranks={self.num_ranks} stages={self.num_stages} pipes={self.num_pipes} "
@@ -181,7 +181,7 @@ def _from_text(text:str, name:str='custom') -> Schedule:
 Schedule.to_text = _to_text
 Schedule.from_text = staticmethod(_from_text)
 
-# %% ../nbs/00_schedules.ipynb #08932a48
+# %% ../nbs/00_schedules.ipynb #aeeac7ca
 def _to_csv(self:Schedule) -> str:
     "CSV form: one row per rank, one column per step (empty cells after a rank's last action)."
     width = max(len(o) for o in self.orders)
@@ -201,7 +201,7 @@ def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedu
 Schedule.to_csv = _to_csv
 Schedule.from_csv = staticmethod(_from_csv)
 
-# %% ../nbs/00_schedules.ipynb #36c8db24
+# %% ../nbs/00_schedules.ipynb #92f2ce56
 def dependencies(a:Action, num_stages:int) -> list:
     "Actions `a` must wait for, in a model of `num_stages` stages."
     if a.kind == 'F': return [Action('F', a.stage - 1, a.microbatch, a.pipe)] if a.stage > 0 else []
@@ -212,7 +212,7 @@ def dependencies(a:Action, num_stages:int) -> list:
     if a.kind == 'W': return [Action('B', a.stage, a.microbatch, a.pipe)]
     raise ValueError(f"unknown action kind {a.kind!r}: expected one of {KINDS}")
 
-# %% ../nbs/00_schedules.ipynb #76836400
+# %% ../nbs/00_schedules.ipynb #225209e4
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
@@ -248,7 +248,7 @@ def _check_complete(s:Schedule):
                         raise ScheduleError(f"rank {s.placement[(p, st)]}: action {a.token()} is missing "
                                             f"(every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #974db093
+# %% ../nbs/00_schedules.ipynb #d7196f16
 def replay(s:Schedule, cost:Callable|None=None, ready_delay:Callable|None=None):
     """Run every rank's list in order under dependency constraints; return (start, end) per action.
     `cost(action)` gives durations (default 1), `ready_delay(dep, action)` the message delay (default 0).
@@ -294,7 +294,7 @@ def replay(s:Schedule, cost:Callable|None=None, ready_delay:Callable|None=None):
         raise ScheduleError("schedule deadlocks:\n  " + '\n  '.join(msgs))
     return times
 
-# %% ../nbs/00_schedules.ipynb #8163cacc
+# %% ../nbs/00_schedules.ipynb #031efa0f
 def validate(s:Schedule) -> Schedule:
     "Check completeness, placement and dependency order of `s`; return it, or raise `ScheduleError` naming the problem."
     if not isinstance(s, Schedule): raise TypeError(f"validate expects a Schedule, got {type(s).__name__}")
@@ -303,7 +303,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #4a9eed86
+# %% ../nbs/00_schedules.ipynb #890f9ea5
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -350,7 +350,7 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
                 if missing[n] == 0: heapq.heappush(ready[placement[(n.pipe, n.stage)]], (priority(n), n))
     return orders
 
-# %% ../nbs/00_schedules.ipynb #024ef1d5
+# %% ../nbs/00_schedules.ipynb #bc458a43
 def _linear_placement(D): return {(0, s): s for s in range(D)}
 
 def _need(cond, msg):
@@ -376,7 +376,7 @@ def one_f_one_b(stages:int, microbatches:int) -> Schedule:
         orders.append(o)
     return Schedule('1f1b', D, D, 1, N, _linear_placement(D), orders)
 
-# %% ../nbs/00_schedules.ipynb #9dff3761
+# %% ../nbs/00_schedules.ipynb #67ae1b4a
 def chimera_placement(stages:int, pipes:int=2) -> dict:
     "(pipe, stage) -> rank for Chimera with `pipes` = 2k pipes: down pipe j shifted by j·D/k, up pipes mirrored."
     D, k = stages, pipes // 2
@@ -388,7 +388,7 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
             place[(p, s)] = r if p % 2 == 0 else D - 1 - r
     return place
 
-# %% ../nbs/00_schedules.ipynb #7cd859a9
+# %% ../nbs/00_schedules.ipynb #75c167c2
 CHIMERA_CONCAT = ('direct', 'doubling', 'halving')
 
 def chimera(stages:int, microbatches:int, pipes:int=2, concat:str='direct') -> Schedule:
@@ -427,7 +427,7 @@ def chimera(stages:int, microbatches:int, pipes:int=2, concat:str='direct') -> S
     return Schedule('chimera', D, D, pipes, N, place, orders, split_backward=split, recompute=(concat == 'doubling'),
                     options=dict(pipes=pipes, concat=concat))
 
-# %% ../nbs/00_schedules.ipynb #c988a4c9
+# %% ../nbs/00_schedules.ipynb #96fa94c3
 def gems(stages:int, microbatches:int) -> Schedule:
     "GEMS: two opposite replicas, one micro-batch in flight, alternating direction."
     D, N = stages, microbatches
@@ -444,7 +444,7 @@ def gems(stages:int, microbatches:int) -> Schedule:
     for t, a in sorted(times): orders[place[(a.pipe, a.stage)]].append(a)
     return Schedule('gems', D, D, 2, N, place, orders)
 
-# %% ../nbs/00_schedules.ipynb #0786717d
+# %% ../nbs/00_schedules.ipynb #54c89cc2
 def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
     "Interleaved 1F1B (Megatron-LM) with `chunks` model chunks per rank; `stages` is the number of ranks D."
     D, N, v = stages, microbatches, chunks
@@ -463,7 +463,7 @@ def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
         orders.append(o)
     return Schedule('interleaved-1f1b', D, D * v, 1, N, place, orders, options=dict(chunks=v))
 
-# %% ../nbs/00_schedules.ipynb #1fc6f88b
+# %% ../nbs/00_schedules.ipynb #9acc3a8d
 def zb_h1(stages:int, microbatches:int) -> Schedule:
     "ZB-H1: 1F1B memory with the backward split into B and W, W filling the bubbles."
     D, N = stages, microbatches
@@ -474,7 +474,7 @@ def zb_h1(stages:int, microbatches:int) -> Schedule:
     orders = list_schedule(place, D, D, acts, prio, allow)
     return Schedule('zb-h1', D, D, 1, N, place, orders, split_backward=True)
 
-# %% ../nbs/00_schedules.ipynb #8667b8c0
+# %% ../nbs/00_schedules.ipynb #6cd0ed90
 def dualpipev(stages:int, microbatches:int) -> Schedule:
     "DualPipeV (DeepSeek): V-shaped placement of 2D stages, split backward, the 8-step order."
     D, N = stages, microbatches
@@ -509,7 +509,7 @@ def dualpipev(stages:int, microbatches:int) -> Schedule:
         orders.append(o)
     return Schedule('dualpipev', D, 2 * D, 1, N, place, orders, split_backward=True)
 
-# %% ../nbs/00_schedules.ipynb #20debbca
+# %% ../nbs/00_schedules.ipynb #2390f393
 SCHEDULES = {'gpipe': gpipe, '1f1b': one_f_one_b, 'gems': gems, 'chimera': chimera,
              'interleaved-1f1b': interleaved_1f1b, 'zb-h1': zb_h1, 'dualpipev': dualpipev}
 _ALIASES = {'dapple': '1f1b', 'pipedream-flush': '1f1b', 'interleaved': 'interleaved-1f1b', 'zbh1': 'zb-h1'}

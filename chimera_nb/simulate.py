@@ -7,13 +7,13 @@ Docs: https://chimera-nb.github.io/chimera_nb/simulate.html.md"""
 # %% auto #0
 __all__ = ['COMPUTE', 'Costs', 'Event', 'Timeline', 'simulate', 'closed_form', 'compare_table']
 
-# %% ../nbs/01_simulate.ipynb #c4661d6c
+# %% ../nbs/01_simulate.ipynb #56038f97
 import math, dataclasses
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, replay, make_schedule, SCHEDULES, validate
 
-# %% ../nbs/01_simulate.ipynb #471e1444
+# %% ../nbs/01_simulate.ipynb #2f5ef1d5
 @dataclass
 class Costs:
     "Per-micro-batch times of one stage: forward, backward (input-grad), weight (weight-grad), and communication."
@@ -50,7 +50,7 @@ class Costs:
         "Time of one point-to-point message."
         return self.p2p + (self.p2p_bytes / self.bandwidth if self.p2p_bytes else 0.0)
 
-# %% ../nbs/01_simulate.ipynb #9dd13f37
+# %% ../nbs/01_simulate.ipynb #49603e3d
 COMPUTE = ('F', 'B', 'W')
 
 class Event(NamedTuple):
@@ -66,7 +66,7 @@ class Event(NamedTuple):
     @property
     def action(self) -> Action: return Action(self.kind, self.stage, self.microbatch, self.pipe)
 
-# %% ../nbs/01_simulate.ipynb #f7d7b983
+# %% ../nbs/01_simulate.ipynb #c5102cfa
 @dataclass
 class Timeline:
     "Timed actions per rank, with the metrics every comparison needs."
@@ -154,7 +154,7 @@ class Timeline:
         return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
                 f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
-# %% ../nbs/01_simulate.ipynb #375b40b1
+# %% ../nbs/01_simulate.ipynb #34dc54bb
 def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
     "Timed simulation of `schedule` under `costs` (unit F and B, free communication by default)."
     if not isinstance(schedule, Schedule): raise TypeError(f"simulate expects a Schedule, got {type(schedule).__name__}")
@@ -182,7 +182,7 @@ def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
             comm_free[r] = start + ar[st]
     return Timeline.from_schedule(schedule, events)
 
-# %% ../nbs/01_simulate.ipynb #8cd5c7ac
+# %% ../nbs/01_simulate.ipynb #6f9debe1
 def closed_form(name:str, stages:int, microbatches:int, chunks:int=2, **_) -> dict:
     "The published bubble ratio, weight copies and activation range of schedule `name` (F = B, no communication)."
     D, N = stages, microbatches
@@ -199,7 +199,7 @@ def closed_form(name:str, stages:int, microbatches:int, chunks:int=2, **_) -> di
     b, w, (lo, hi) = forms[name]
     return dict(bubble=b, weights=w, act_min=lo, act_max=hi)
 
-# %% ../nbs/01_simulate.ipynb #7ccaccc4
+# %% ../nbs/01_simulate.ipynb #807bfc12
 def compare_table(items, costs:Costs|None=None):
     """A pandas table of simulated metrics beside the closed forms, for `items`: `Schedule`s, `Timeline`s or
     (name, D, N, options) tuples."""

@@ -10,7 +10,7 @@ __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'LABEL_LIMIT', 'BAR_WIDT
            'plot_memory', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
            'p2p_dependencies', 'to_chrome_trace', 'Explorer', 'explorer']
 
-# %% ../nbs/02_viz.ipynb #8fb97bb5
+# %% ../nbs/02_viz.ipynb #d25530ae
 import colorsys, html, json, os, shutil, time
 from pathlib import Path
 import numpy as np
@@ -19,7 +19,7 @@ from plotly.subplots import make_subplots
 from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule, pipe_tag
 from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table
 
-# %% ../nbs/02_viz.ipynb #c70e49da
+# %% ../nbs/02_viz.ipynb #67408fd8
 PIPE_HUES = (212, 24, 140, 282, 186, 48, 330, 96)  # degrees: down blue, up orange, then the 2k pipes
 KIND_LIGHTNESS = {'F': 0.75, 'B': 0.38, 'W': 0.56}
 KIND_NAMES = {'F': 'forward', 'B': 'backward', 'W': 'weight-grad'}
@@ -38,7 +38,7 @@ def bar_color(kind:str, pipe:int=0, microbatch:int=0) -> str:
     r, g, b = colorsys.hls_to_rgb(h, l, 0.62 if kind == 'F' else 0.7)
     return '#%02x%02x%02x' % tuple(round(255 * c) for c in (r, g, b))
 
-# %% ../nbs/02_viz.ipynb #6fbaea74
+# %% ../nbs/02_viz.ipynb #60dac021
 def as_timeline(obj, fn:str='plot', costs:Costs|None=None) -> Timeline:
     "`obj` as a `Timeline`: a `Timeline` as is, a `Schedule` simulated under `costs`; else a `TypeError`."
     if isinstance(obj, Timeline): return obj
@@ -52,7 +52,7 @@ def _num_ranks(tl:Timeline) -> int:
 def _t0(tl:Timeline) -> float:
     return min((e.start for e in tl.events), default=0.0)
 
-# %% ../nbs/02_viz.ipynb #bd4040f0
+# %% ../nbs/02_viz.ipynb #1e157fd4
 LABEL_LIMIT = 600   # above this many bars, drop the text labels (hover stays)
 BAR_WIDTH = 0.7     # height of a compute bar in rank units
 _AR_OFFSET, _AR_WIDTH = 0.44, 0.1
@@ -95,7 +95,7 @@ def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:
         traces.append(tr)
     return traces
 
-# %% ../nbs/02_viz.ipynb #ba448b6d
+# %% ../nbs/02_viz.ipynb #9a893445
 def bubble_trace(tl:Timeline, t0:float|None=None, width:float=BAR_WIDTH, scale:float=1.0):
     "A `go.Bar` of the idle gaps of every rank inside the compute span (the pipeline bubbles), or None."
     t0 = _t0(tl) if t0 is None else t0
@@ -142,7 +142,7 @@ def comm_traces(tl:Timeline, t0:float|None=None, scale:float=1.0) -> list:
                                         "<br>start %{customdata[1]:.4g} · end %{customdata[2]:.4g}<extra></extra>"))
     return out
 
-# %% ../nbs/02_viz.ipynb #92086d6d
+# %% ../nbs/02_viz.ipynb #6d59161e
 def _time_title(tl:Timeline) -> str:
     return 'time (s)' if tl.source in ('measured', 'emulated') else 'time (units of the costs)'
 
@@ -167,7 +167,7 @@ _LEGEND = dict(font=dict(size=11), tracegroupgap=2, itemsizing='constant')   # v
 
 def _height(R:int) -> int: return int(140 + R * (34 if R <= 8 else 24 if R <= 16 else 15))
 
-# %% ../nbs/02_viz.ipynb #3f56cabd
+# %% ../nbs/02_viz.ipynb #cdb412e3
 def plot_timeline(timeline, labels:bool|None=None, # text on every bar; None: only up to LABEL_LIMIT bars
                   bubbles:bool=True, # draw idle gaps as hatched bubble bars
                   title:str|None=None, height:int|None=None) -> go.Figure:
@@ -186,7 +186,7 @@ def plot_timeline(timeline, labels:bool|None=None, # text on every bar; None: on
                       legend=_LEGEND, margin=dict(l=70, r=20, t=60, b=50), hoverlabel=dict(align='left'))
     return fig
 
-# %% ../nbs/02_viz.ipynb #c3f5be42
+# %% ../nbs/02_viz.ipynb #d6f97f7f
 def _rank_colors(R:int) -> list:
     import plotly.colors as pc
     return pc.sample_colorscale('Viridis', [0.5] if R == 1 else [0.9 * r / (R - 1) for r in range(R)])
@@ -221,7 +221,7 @@ def plot_memory(timeline, title:str|None=None, height:int=380) -> go.Figure:
     fig.update_yaxes(title_text='live activations (Ma)', rangemode='tozero', row=1, col=1)
     return fig
 
-# %% ../nbs/02_viz.ipynb #22b62ce4
+# %% ../nbs/02_viz.ipynb #247e98bd
 class Comparison:
     "Figure and table of a comparison; displays both, unpacks as `fig, table = compare(...)`."
     def __init__(self, fig, table, timelines): self.fig, self.table, self.timelines = fig, table, timelines
@@ -261,7 +261,7 @@ def compare(items, costs:Costs|None=None, # costs for the items that are not yet
     fig.update_annotations(font_size=12, x=0, xanchor='left')
     return Comparison(fig, table, tls)
 
-# %% ../nbs/02_viz.ipynb #acc203e8
+# %% ../nbs/02_viz.ipynb #cd11a0e2
 def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted times; 'makespan' to match the measured span
             labels:tuple|None=None, # legend names; default ('predicted', the measured timeline's source)
             title:str|None=None, height:int|None=None) -> go.Figure:
@@ -288,7 +288,7 @@ def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted
                       legend=_LEGEND, margin=dict(l=70, r=20, t=60, b=50))
     return fig
 
-# %% ../nbs/02_viz.ipynb #3eda3710
+# %% ../nbs/02_viz.ipynb #fbdd1508
 def _figure(fig):
     if isinstance(fig, Comparison): return fig.fig
     if isinstance(fig, go.Figure): return fig   # FigureWidget is a Figure too
@@ -300,7 +300,7 @@ def save_html(fig, path, include_plotlyjs:bool|str=True) -> Path:
     _figure(fig).write_html(str(path), include_plotlyjs=include_plotlyjs, full_html=True)
     return path
 
-# %% ../nbs/02_viz.ipynb #7a5fd367
+# %% ../nbs/02_viz.ipynb #c7f57aa4
 BROWSERS = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable', 'chrome')
 
 def find_chromium() -> str|None:
@@ -331,7 +331,7 @@ def save_image(fig, path, format:str|None=None, # 'png', 'svg', 'pdf', 'jpeg' or
         else: os.environ['BROWSER_PATH'] = old
     return path
 
-# %% ../nbs/02_viz.ipynb #387620a2
+# %% ../nbs/02_viz.ipynb #684ab29a
 def p2p_dependencies(timeline) -> list:
     "(producer, consumer) event pairs on different ranks: F of stage s-1 -> F of s, B of stage s+1 -> B of s."
     tl = as_timeline(timeline, 'p2p_dependencies')
@@ -373,7 +373,7 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
         Path(path).write_text(json.dumps(trace))
     return trace
 
-# %% ../nbs/02_viz.ipynb #da30a645
+# %% ../nbs/02_viz.ipynb #7d25a2bc
 import ipywidgets as W
 
 def _replace(fw:go.FigureWidget, fig:go.Figure):
