@@ -32,14 +32,15 @@ def print_tables(stages:int=4, # pipeline depth D
         print(tab.drop(columns=['source']).to_string(index=False, float_format=lambda x: f"{x:.3f}"), file=out)
     return s
 
-# %% ../nbs/11_cli.ipynb #2e662f6b
+# %% ../nbs/11_cli.ipynb #414bfaa8
 def train_demo(stages:int=4, # pipeline depth D = number of local processes
                microbatches:int=8, # micro-batches N
                steps:int=3, # SGD steps
                html:str|None=None, # write the measured-over-predicted timeline here
                out=None) -> dict:
     "Train Chimera on `stages` local gloo processes against the single-process reference; report errors and timing."
-    from chimera_nb.runtime import launch_local, check_against_reference
+    from chimera_nb.launch import launch_local
+    from chimera_nb.testing import check_against_reference
     out = out or sys.stdout
     print(f"\nTraining Chimera D={stages}, N={microbatches} on {stages} local gloo processes "
           f"(MLP, float64, dropout 0.1, {steps} SGD steps) against single-process training:", file=out)

@@ -7,54 +7,74 @@ Docs: https://chimera-nb.github.io/chimera_nb/simulate.html.md"""
 # %% auto #0
 __all__ = ['COMPUTE', 'Costs', 'Event', 'Timeline', 'simulate', 'closed_form', 'compare_table']
 
-# %% ../nbs/01_simulate.ipynb #56038f97
-import math, dataclasses
+# %% ../nbs/01_simulate.ipynb #baf09d29
+import dataclasses, math, numbers
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
-from .schedules import Schedule, Action, replay, make_schedule, SCHEDULES, validate
+from fastcore.basics import patch
+from .schedules import Schedule, Action, make_schedule, SCHEDULES, ScheduleError, CHIMERA_CONCAT, gc_paused
+from .program import Program, lower, Compute, Send, Recv, ReduceStart, ReduceWait, Msg, SYNC_POLICIES
 
-# %% ../nbs/01_simulate.ipynb #2f5ef1d5
+# %% ../nbs/01_simulate.ipynb #49841113
+def _check_time(v, what:str, positive:bool=False, allow_inf:bool=False) -> float:
+    "`v` as a float if it is a real number (any numeric type), finite (unless `allow_inf`) and >= 0 (> 0 if `positive`)."
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"Costs.{what} must be a number, got {type(v).__name__} {v!r}")
+    v = float(v)
+    if math.isnan(v) or (math.isinf(v) and not allow_inf) or v < 0 or (positive and v == 0):
+        rule = 'a positive number' if positive else 'a finite number >= 0'
+        raise ValueError(f"Costs.{what} must be {rule}{' (inf allowed)' if allow_inf else ''}, got {v}")
+    return v
+
 @dataclass
 class Costs:
     "Per-micro-batch times of one stage: forward, backward (input-grad), weight (weight-grad), and communication."
     forward: float|Sequence = 1.0   # F time (scalar for one of D stages, or one per model stage)
     backward: float|Sequence = 1.0  # B time: input-gradient part of the backward
     weight: float|Sequence = 0.0    # W time: weight-gradient part; joins B when the schedule does not split
-    p2p: float = 0.0                # latency of one point-to-point transfer
-    p2p_bytes: float = 0.0          # bytes of one activation / gradient message
+    p2p: float = 0.0                # latency of one point-to-point message
+    p2p_bytes: float = 0.0          # bytes of one activation / gradient message (full micro-batch)
     bandwidth: float = math.inf     # point-to-point bandwidth, bytes per time unit
     allreduce: float|Sequence = 0.0 # gradient all-reduce time of one stage among its replicas
+    recompute: float = 1.0          # forwards added to a backward under recomputation (0: not counted)
+    optimizer: float = 0.0          # optimizer step at the end of the iteration
 
-    def _per_stage(self, v, s:Schedule, what:str):
-        if isinstance(v, (int, float)):
-            if v < 0: raise ValueError(f"Costs.{what} must be >= 0, got {v}")
-            return [v * s.stage_fraction] * s.num_stages
-        v = list(v)
+    def __post_init__(self):
+        for name in ('forward', 'backward', 'weight', 'allreduce'):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not (isinstance(v, numbers.Real) or hasattr(v, '__iter__')):
+                raise TypeError(f"Costs.{name} must be a number or a sequence of numbers (one per stage), got {type(v).__name__}")
+            setattr(self, name, _check_time(v, name) if isinstance(v, numbers.Real) else
+                    tuple(_check_time(x, f"{name}[{i}]") for i, x in enumerate(v)))
+        for name in ('p2p', 'p2p_bytes', 'recompute', 'optimizer'): setattr(self, name, _check_time(getattr(self, name), name))
+        self.bandwidth = _check_time(self.bandwidth, 'bandwidth', positive=True, allow_inf=True)
+
+    def per_stage(self, what:str, s:Schedule) -> list:
+        "The `what` times of every stage of `s` (a scalar scaled by the stage size), times the micro-batch size."
+        v, k = getattr(self, what), s.microbatch_scale
+        if isinstance(v, float): return [v * s.stage_fraction * k] * s.num_stages
         if len(v) != s.num_stages:
-            raise ValueError(f"Costs.{what} has {len(v)} values but the schedule has {s.num_stages} stages: give one per stage or a scalar")
-        if any(x < 0 for x in v): raise ValueError(f"Costs.{what} must be >= 0, got {v}")
-        return v
+            raise ValueError(f"Costs.{what} has {len(v)} values but the schedule has {s.num_stages} stages: "
+                             f"give one per stage or a scalar")
+        return [x * k for x in v]
 
-    def action_costs(self, s:Schedule):
-        "A function Action -> duration for schedule `s` (recompute adds a forward to B)."
-        f, b, w = (self._per_stage(x, s, n) for x, n in ((self.forward, 'forward'), (self.backward, 'backward'), (self.weight, 'weight')))
-        rec = s.recompute
-        if s.split_backward:
-            table = {'F': f, 'B': [bi + (fi if rec else 0) for fi, bi in zip(f, b)], 'W': w}
-        else:
-            table = {'F': f, 'B': [bi + wi + (fi if rec else 0) for fi, bi, wi in zip(f, b, w)]}
-        return lambda a: table[a.kind][a.stage]
+    def action_costs(self, s:Schedule) -> dict:
+        "{kind: [time per stage]} for schedule `s` (recompute adds `recompute` forwards to B; B absorbs W unless split)."
+        f, b, w = (self.per_stage(n, s) for n in ('forward', 'backward', 'weight'))
+        rec = self.recompute if s.recompute else 0.0
+        b = [bi + rec * fi + (0.0 if s.split_backward else wi) for fi, bi, wi in zip(f, b, w)]
+        return {'F': f, 'B': b, 'W': w}
 
-    @property
-    def transfer(self) -> float:
-        "Time of one point-to-point message."
-        return self.p2p + (self.p2p_bytes / self.bandwidth if self.p2p_bytes else 0.0)
+    def transfer(self, s:Schedule|None=None) -> float:
+        "Time of one point-to-point message (of `s`'s micro-batch size)."
+        size = self.p2p_bytes * (s.microbatch_scale if s is not None else 1.0)
+        return self.p2p + (size / self.bandwidth if size else 0.0)
 
-# %% ../nbs/01_simulate.ipynb #49603e3d
+# %% ../nbs/01_simulate.ipynb #1c956d9f
 COMPUTE = ('F', 'B', 'W')
 
 class Event(NamedTuple):
-    "One timed action (or all-reduce 'AR') on one rank."
+    "One timed action, message (`SEND`) or gradient all-reduce (`AR`) on one rank."
     rank: int
     kind: str
     stage: int
@@ -62,11 +82,12 @@ class Event(NamedTuple):
     pipe: int
     start: float
     end: float
+    peer: int = -1  # SEND: the receiving rank
 
     @property
     def action(self) -> Action: return Action(self.kind, self.stage, self.microbatch, self.pipe)
 
-# %% ../nbs/01_simulate.ipynb #c5102cfa
+# %% ../nbs/01_simulate.ipynb #495dd6b9
 @dataclass
 class Timeline:
     "Timed actions per rank, with the metrics every comparison needs."
@@ -75,13 +96,13 @@ class Timeline:
     name: str = ''                  # schedule name, for plots and tables
     source: str = 'simulated'       # 'simulated', 'measured' or 'emulated'
     split_backward: bool = False    # W frees activations (else B does)
-    recompute: bool = False         # F keeps no activations; B holds them while it runs
+    recompute: bool = False         # F keeps only its input; B holds the activations while it runs
     stage_fraction: float = 1.0     # size of a stage relative to one of D equal stages
     weight_copies: list = field(default_factory=list)  # Mθ units of weights held per rank
     meta: dict = field(default_factory=dict)
+    microbatch_scale: float = 1.0   # micro-batch size relative to the nominal one (0.5: backward halving)
 
     def __post_init__(self):
-        self.events = sorted(self.events, key=lambda e: (e.start, e.rank))
         if not self.weight_copies: self.weight_copies = [0.0] * self.num_ranks
 
     @classmethod
@@ -89,22 +110,33 @@ class Timeline:
         "A timeline of `events` that carries the memory rules and weight copies of schedule `s`."
         copies = [len(s.stages_of(r)) * s.stage_fraction for r in range(s.num_ranks)]
         return cls(list(events), s.num_ranks, s.name, source, s.split_backward, s.recompute, s.stage_fraction, copies,
-                   {'D': s.num_ranks, 'N': s.microbatches, 'pipes': s.num_pipes, **s.options, **meta})
+                   {'D': s.num_ranks, 'N': s.microbatches, 'pipes': s.num_pipes, **s.options, **meta},
+                   s.microbatch_scale)
 
     def rank_events(self, rank:int, kinds=COMPUTE) -> list:
         "Events of `rank` (compute only by default) in time order."
-        if getattr(self, '_by_rank', None) is None or self._by_rank[0] is not self.events or self._by_rank[1] != len(self.events):
+        idx = getattr(self, '_by_rank', None)
+        if idx is None or idx[0] is not self.events or idx[1] != len(self.events):
             by = [[] for _ in range(self.num_ranks)]
             for e in self.events:
                 if 0 <= e.rank < self.num_ranks: by[e.rank].append(e)
-            self._by_rank = (self.events, len(self.events), by)  # per-rank index, rebuilt if events change
-        return [e for e in self._by_rank[2][rank] if e.kind in kinds] if 0 <= rank < self.num_ranks else []
+            for evs in by: evs.sort(key=lambda e: e.start)  # nearly sorted already: linear time
+            self._by_rank = idx = (self.events, len(self.events), by)  # rebuilt if events change
+        return [e for e in idx[2][rank] if e.kind in kinds] if 0 <= rank < self.num_ranks else []
+
+    @property
+    def start_time(self) -> float:
+        "The first start of any event (0 for an empty timeline); cached until the events change."
+        c = self.__dict__.get('_t0')
+        if c is None or c[0] is not self.events or c[1] != len(self.events):
+            c = self._t0 = (self.events, len(self.events), min((e.start for e in self.events), default=0.0))
+        return c[2]
 
     @property
     def makespan(self) -> float:
         "From the first start to the last end, communication included."
         if not self.events: return 0.0
-        return max(e.end for e in self.events) - min(e.start for e in self.events)
+        return max(e.end for e in self.events) - self.start_time
 
     @property
     def compute_makespan(self) -> float:
@@ -123,28 +155,6 @@ class Timeline:
         if span <= 0: return 0.0
         return 1 - sum(self.busy(r) for r in range(self.num_ranks)) / (self.num_ranks * span)
 
-    def memory_curve(self, rank:int) -> list:
-        "[(time, live activations in Ma units)] after every change on `rank`."
-        frac, deltas = self.stage_fraction, []
-        frees = 'W' if self.split_backward else 'B'
-        for e in self.rank_events(rank):
-            if self.recompute:
-                if e.kind == 'B': deltas += [(e.start, frac), (e.end, -frac)]
-            else:
-                if e.kind == 'F': deltas.append((e.start, frac))
-                if e.kind == frees: deltas.append((e.end, -frac))
-        deltas.sort(key=lambda d: (d[0], d[1]))  # frees before allocations at the same instant
-        live, curve = 0.0, [(self.events[0].start if self.events else 0.0, 0.0)]
-        for t, d in deltas:
-            live += d
-            curve.append((t, round(live, 9)))
-        return curve
-
-    @property
-    def peak_activations(self) -> list:
-        "Per-rank peak of live activations (Ma units)."
-        return [max(v for _, v in self.memory_curve(r)) for r in range(self.num_ranks)]
-
     def to_frame(self):
         "The events as a pandas DataFrame."
         import pandas as pd
@@ -154,67 +164,211 @@ class Timeline:
         return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
                 f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
-# %% ../nbs/01_simulate.ipynb #34dc54bb
-def simulate(schedule:Schedule, costs:Costs|None=None) -> Timeline:
-    "Timed simulation of `schedule` under `costs` (unit F and B, free communication by default)."
-    if not isinstance(schedule, Schedule): raise TypeError(f"simulate expects a Schedule, got {type(schedule).__name__}")
-    costs = costs or Costs()
-    cost = costs.action_costs(schedule)
-    delay = costs.transfer
-    times = replay(schedule, cost, (lambda d, a: delay) if delay else None)
-    events = [Event(r, a.kind, a.stage, a.microbatch, a.pipe, *times[a])
-              for r, order in enumerate(schedule.orders) for a in order]
-    ar = costs._per_stage(costs.allreduce, schedule, 'allreduce')
-    last = 'W' if schedule.split_backward else 'B'
-    stage_done = {}  # when each stage's last backward (or W) ends, over all its replicas
-    for e in events:
-        if e.kind == last and e.end > stage_done.get(e.stage, -math.inf): stage_done[e.stage] = e.end
-    comm_free = [0.0] * schedule.num_ranks
-    ready = []
-    for st in range(schedule.num_stages):
-        reps = schedule.replicas(st)
-        if len(reps) < 2 or ar[st] <= 0: continue
-        ready.append((stage_done[st], st, reps))
-    for done, st, reps in sorted(ready):
-        start = max([done] + [comm_free[r] for r in reps])
-        for r in reps:
-            events.append(Event(r, 'AR', st, -1, -1, start, start + ar[st]))
-            comm_free[r] = start + ar[st]
-    return Timeline.from_schedule(schedule, events)
+# %% ../nbs/01_simulate.ipynb #a22345a1
+@patch
+def memory_curve(self:Timeline,
+                 rank:int, # the rank
+                 ma:float=1.0, # size of Ma: one micro-batch's stashed activations of one of D equal stages
+                 mi:float=0.0, # size of Mi: one micro-batch's stage input (what recomputation keeps)
+                ) -> list:
+    "[(time, live memory)] after every change on `rank`: stashed activations (Ma) and, under recompute, inputs (Mi)."
+    a, i = ma * self.stage_fraction * self.microbatch_scale, mi * self.microbatch_scale
+    if isinstance(ma, bool) or isinstance(mi, bool) or not (math.isfinite(a) and math.isfinite(i)) or min(ma, mi) < 0:
+        raise ValueError(f"memory sizes ma and mi must be finite numbers >= 0, got ma={ma!r}, mi={mi!r}")
+    frees, deltas = ('W' if self.split_backward else 'B'), []
+    for e in self.rank_events(rank):
+        if e.kind == 'F': deltas.append((e.start, i if self.recompute else a))
+        elif e.kind == 'B' and self.recompute: deltas.append((e.start, a))
+        if e.kind == frees: deltas.append((e.end, -(a + i) if self.recompute else -a))
+    deltas.sort()  # frees (negative) before allocations at the same instant
+    live, curve = 0.0, [(self.start_time, 0.0)]
+    for t, d in deltas:
+        live += d
+        curve.append((t, round(live, 9)))
+    return curve
 
-# %% ../nbs/01_simulate.ipynb #6f9debe1
-def closed_form(name:str, stages:int, microbatches:int, chunks:int=2, **_) -> dict:
-    "The published bubble ratio, weight copies and activation range of schedule `name` (F = B, no communication)."
-    D, N = stages, microbatches
+@patch
+def peak_memory(self:Timeline, ma:float=1.0, mi:float=0.0) -> list:
+    "Per-rank peak of `memory_curve(rank, ma, mi)`."
+    return [max(v for _, v in self.memory_curve(r, ma, mi)) for r in range(self.num_ranks)]
+
+@patch(as_prop=True)
+def peak_activations(self:Timeline) -> list:
+    "Per-rank peak of stashed activations, in Ma units (recomputed stages: only while their backward runs)."
+    return self.peak_memory()
+
+# %% ../nbs/01_simulate.ipynb #e59e90a0
+class _Sim:
+    "Mutable state of one simulation (one object instead of a dict threaded through helpers)."
+    def __init__(self, prog:Program, costs:Costs):
+        s = prog.schedule
+        self.prog, self.n = prog, len(prog.ranks)
+        self.cost = costs.action_costs(s)
+        self.transfer, self.ar = costs.transfer(s), costs.per_stage('allreduce', s)
+        self.opt = costs.optimizer
+        self.pos, self.clock = [0] * self.n, [0.0] * self.n
+        self.arrival, self.link_free = {}, {}   # (msg, dst) -> arrival time; (src, dst) -> link free from
+        self.waiting = {}                        # (msg, dst) -> the rank blocked on it
+        self.issued = {}                         # stage -> {rank: issue time}
+        self.ar_end = {}                         # stage -> all-reduce end time
+        self.events = []
+
+    def run_rank(self, r:int) -> list:
+        "Advance rank `r` until it blocks or ends; return the ranks it unblocked."
+        prog, pos, t, woken = self.prog.ranks[r], self.pos[r], self.clock[r], []
+        cost, events, arrival, waiting, link_free = self.cost, self.events, self.arrival, self.waiting, self.link_free
+        new, transfer, n = tuple.__new__, self.transfer, len(prog)
+        while pos < n:
+            ins = prog[pos]; k = type(ins)
+            if k is Compute:
+                a = ins[0]
+                end = t + cost[a[0]][a[1]]
+                events.append(new(Event, (r, a[0], a[1], a[2], a[3], t, end, -1))); t = end
+            elif k is Send:
+                m, dst = ins[0], ins[1]
+                if dst == r: arrival[(m, dst)] = t
+                else:
+                    depart = max(t, link_free.get((r, dst), 0.0))
+                    arrive = depart + transfer
+                    link_free[(r, dst)] = arrive
+                    arrival[(m, dst)] = arrive
+                    if arrive > depart: events.append(new(Event, (r, 'SEND', m[1], m[2], m[3], depart, arrive, dst)))
+                w = waiting.pop((m, dst), None)
+                if w is not None: woken.append(w)
+            elif k is Recv:
+                got = arrival.get((ins[0], r))
+                if got is None: waiting[(ins[0], r)] = r; break
+                if got > t: t = got
+            elif k is ReduceStart: self.issued.setdefault(ins.stage, {})[r] = t
+            elif k is ReduceWait:
+                end = self.ar_end.get(ins.stage)
+                if end is None: break   # resolved once every rank has issued its all-reduces
+                if end > t: t = end
+            else: t += self.opt          # OptimizerStep
+            pos += 1
+        self.pos[r], self.clock[r] = pos, t
+        return woken
+
+# %% ../nbs/01_simulate.ipynb #20d21a17
+@patch
+def resolve_allreduces(self:_Sim):
+    "Schedule every issued all-reduce on its replicas' communication streams, in the order they became ready."
+    s, free = self.prog.schedule, [0.0] * self.n
+    reps = {st: sorted(ranks) for st, ranks in self.issued.items()}
+    for st, ranks in reps.items():
+        if ranks != s.replicas(st): return  # not every replica has issued it yet
+    ready = sorted((max(self.issued[st].values()), st) for st in reps if st not in self.ar_end)
+    for t, st in ready:
+        start = max([t] + [free[r] for r in reps[st]])
+        end = start + self.ar[st]
+        self.ar_end[st] = end
+        for r in reps[st]:
+            free[r] = end
+            if end > start: self.events.append(Event(r, 'AR', st, -1, -1, start, end))
+
+@patch
+def deadlock(self:_Sim) -> ScheduleError:
+    "The error naming each rank that cannot go on, its instruction and what it waits for."
+    lines = []
+    for r, prog in enumerate(self.prog.ranks):
+        if self.pos[r] >= len(prog): continue
+        ins = prog[self.pos[r]]
+        why = (f"waits for {ins.msg!r} from rank {ins.peer}, which never sends it (it is stuck or sends later)"
+               if type(ins) is Recv else f"waits for the all-reduce of stage {ins.stage}, which a replica never starts")
+        lines.append(f"rank {r}, instruction {self.pos[r]} ({ins!r}): {why}")
+    return ScheduleError("the program deadlocks:\n  " + '\n  '.join(lines))
+
+# %% ../nbs/01_simulate.ipynb #4c88d92b
+def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered program
+             costs:Costs|None=None, # durations (unit F and B, free communication by default)
+             sync:str='eager', # gradient all-reduce policy when lowering a schedule
+            ) -> Timeline:
+    "Timed simulation of the lowered program of `schedule` under `costs`."
+    if isinstance(schedule, Schedule): schedule = lower(schedule, sync)
+    if not isinstance(schedule, Program):
+        raise TypeError(f"simulate expects a Schedule or a Program, got {type(schedule).__name__}")
+    if costs is not None and not isinstance(costs, Costs): raise TypeError(f"costs must be a Costs, got {type(costs).__name__}")
+    sim = _Sim(schedule, costs or Costs())
+    todo = list(range(sim.n))
+    with gc_paused():
+        for _ in range(2):  # compute and sends; then, once all-reduces are resolved, the waits and the optimizer step
+            while todo: todo.extend(sim.run_rank(todo.pop()))
+            sim.resolve_allreduces()
+            todo = [r for r in range(sim.n) if sim.pos[r] < len(schedule.ranks[r])]
+    if todo: raise sim.deadlock()
+    return Timeline.from_schedule(schedule.schedule, sim.events, sync=schedule.sync)
+
+# %% ../nbs/01_simulate.ipynb #87ffef67
+def closed_form(name:str, # schedule name
+                stages:int, # D
+                microbatches:int, # N (nominal: backward halving's half micro-batches count as halves)
+                costs:Costs|None=None, # F, B, W for the forms that depend on them (uniform stages)
+                chunks:int=2, pipes:int=2, concat:str='direct', **_) -> dict:
+    "The published bubble ratio, makespan, weight copies and activation range of schedule `name`, with the assumption they need."
+    D, N, c = stages, microbatches, costs or Costs()
+    if not isinstance(D, int) or not isinstance(N, int) or D < 1 or N < 1:
+        raise ValueError(f"closed forms need positive integer D and N, got D={D!r}, N={N!r}")
+    F = c.forward if isinstance(c.forward, float) else None
+    Bf = (c.backward + c.weight) if isinstance(c.backward, float) and isinstance(c.weight, float) else None
+    f = pipes // 2
+    one = lambda: dict(bubble=(D - 1) / (N + D - 1), makespan=(N + D - 1) * (F + Bf) if F is not None and Bf is not None else None)
     forms = {
-        'gpipe': ((D - 1) / (N + D - 1), 1, (N, N)),
-        '1f1b': ((D - 1) / (N + D - 1), 1, (1, D)),
-        'gems': ((D - 1) / (D + 0.5), 2, (1, 1)),
-        'chimera': ((D - 2) / (2 * N + D - 2), 2, (D / 2 + 1, D)),
-        'interleaved-1f1b': ((D - 1) / (chunks * N + D - 1), 1, (None, None)),
-        'zb-h1': (None, 1, (1, D)),
-        'dualpipev': (None, 1, (None, None)),
+        'gpipe': lambda: dict(one(), weights=1, act=(N, N), note=''),
+        '1f1b': lambda: dict(one(), weights=1, act=(1, D), note=''),
+        'gems': lambda: dict(bubble=(D - 1) / (D + 0.5), weights=2, act=(1, 1), note='approximate'),
+        'interleaved-1f1b': lambda: dict(bubble=(D - 1) / (chunks * N + D - 1), weights=1, act=(None, None), note="F = B'"),
+        'zb-h1': lambda: _zb_h1_form(D, N, c),
+        'dualpipev': lambda: dict(bubble=None, weights=1, act=(None, None), note='no closed form here'),
+        'chimera': lambda: _chimera_form(D, N, f, concat, F),
     }
     if name not in forms: raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(forms)}")
-    b, w, (lo, hi) = forms[name]
-    return dict(bubble=b, weights=w, act_min=lo, act_max=hi)
+    out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | forms[name]()
+    out['act_min'], out['act_max'] = out.pop('act')
+    return out
 
-# %% ../nbs/01_simulate.ipynb #807bfc12
-def compare_table(items, costs:Costs|None=None):
-    """A pandas table of simulated metrics beside the closed forms, for `items`: `Schedule`s, `Timeline`s or
-    (name, D, N, options) tuples."""
+def _chimera_form(D, N, f, concat, F):
+    if concat == 'direct':
+        b = (D - 2 * f) / (2 * f * N + D - 2 * f)
+        return dict(bubble=b, makespan=(2 * N + D / f - 2) * F if F is not None else None, weights=2 * f,
+                    act=(D - D / (2 * f) + 1, D), note="F = B'")
+    if concat in ('doubling', 'halving'):
+        idle = (1.5 if concat == 'doubling' else 0.75) * (D - 2)
+        return dict(bubble=idle / (3 * N + idle), makespan=(3 * N + idle) * F if F is not None else None, weights=2,
+                    act=(None, None), note="B' = 2F" + (', recompute not counted' if concat == 'doubling' else ''))
+    return dict(bubble=None, weights=2 * f, act=(None, D), note='no paper defines it')
+
+def _zb_h1_form(D, N, c):
+    if not all(isinstance(x, float) for x in (c.forward, c.backward, c.weight)):
+        return dict(weights=1, act=(1, D), note='uniform stages only')
+    F, B, W = c.forward, c.backward, c.weight
+    span = N * (F + B + W) + (D - 1) * (F + B - W)
+    return dict(bubble=1 - N * (F + B + W) / span if span else 0.0, makespan=span, weights=1, act=(1, D),
+                note='W <= min(F, B)' + ('' if W <= min(F, B) else ': not met by these costs'))
+
+# %% ../nbs/01_simulate.ipynb #9d1b3439
+def compare_table(items, # `Schedule`s, `Timeline`s or (name, D, N, options) tuples
+                  costs:Costs|None=None, # costs for simulating schedules (and the closed forms that need them)
+                 ):
+    "A pandas table of simulated metrics beside the closed forms."
     import pandas as pd
     rows = []
     for it in items:
-        if isinstance(it, tuple): it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
+        if isinstance(it, tuple):
+            if len(it) < 3: raise ValueError(f"a schedule tuple is (name, D, N[, options]), got {it!r}")
+            it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
+        if not isinstance(it, (Schedule, Timeline)): raise TypeError(f"compare_table takes Schedules, Timelines or tuples, got {type(it).__name__}")
         tl = it if isinstance(it, Timeline) else simulate(it, costs)
         m = tl.meta
-        try: cf = closed_form(tl.name, m.get('D', tl.num_ranks), m.get('N', 0), **{k: v for k, v in m.items() if k == 'chunks'})
-        except (ValueError, TypeError): cf = dict(bubble=None, weights=None, act_min=None, act_max=None)
-        label = tl.name + ''.join(f" {k}={v}" for k, v in m.items() if k in ('concat', 'chunks') or (k == 'pipes' and v > 2))
-        peaks = tl.peak_activations
-        rows.append(dict(schedule=label, D=m.get('D', tl.num_ranks), N=m.get('N'), makespan=tl.makespan,
-                         bubble=tl.bubble_ratio, bubble_closed_form=cf['bubble'],
-                         peak_act_min=min(peaks), peak_act_max=max(peaks), closed_form_act=(cf['act_min'], cf['act_max']),
-                         weight_copies=max(tl.weight_copies), source=tl.source))
+        N = m.get('N', 0) * tl.microbatch_scale
+        opts = {k: v for k, v in m.items() if k in ('chunks', 'pipes', 'concat')}
+        try: cf = closed_form(tl.name, m.get('D', tl.num_ranks), int(N), costs, **opts)
+        except (ValueError, TypeError): cf = dict(bubble=None, makespan=None, weights=None, act_min=None, act_max=None, note='')
+        label = tl.name + ''.join(f" {k}={v}" for k, v in m.items() if (k == 'concat' and v != 'direct') or k == 'chunks'
+                                  or (k == 'pipes' and v > 2))
+        peaks = tl.peak_activations or [0]
+        rows.append(dict(schedule=label, D=m.get('D', tl.num_ranks), N=N if N != int(N) else int(N), makespan=tl.makespan,
+                         makespan_closed_form=cf['makespan'], bubble=tl.bubble_ratio, bubble_closed_form=cf['bubble'],
+                         assumes=cf['note'], peak_act_min=min(peaks), peak_act_max=max(peaks),
+                         closed_form_act=(cf['act_min'], cf['act_max']), weight_copies=max(tl.weight_copies, default=0),
+                         source=tl.source))
     return pd.DataFrame(rows)

@@ -10,13 +10,14 @@ __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'LABEL_LIMIT', 'BAR_WIDT
            'plot_memory', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
            'p2p_dependencies', 'to_chrome_trace', 'Explorer', 'explorer']
 
-# %% ../nbs/02_viz.ipynb #d25530ae
+# %% ../nbs/02_viz.ipynb #81de5321
 import colorsys, html, json, os, shutil, time
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule, pipe_tag
+from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule, pipe_tag, dependencies
+from .program import message
 from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table
 
 # %% ../nbs/02_viz.ipynb #67408fd8
@@ -331,16 +332,17 @@ def save_image(fig, path, format:str|None=None, # 'png', 'svg', 'pdf', 'jpeg' or
         else: os.environ['BROWSER_PATH'] = old
     return path
 
-# %% ../nbs/02_viz.ipynb #684ab29a
+# %% ../nbs/02_viz.ipynb #ad2d3c0a
 def p2p_dependencies(timeline) -> list:
-    "(producer, consumer) event pairs on different ranks: F of stage s-1 -> F of s, B of stage s+1 -> B of s."
+    "(producer, consumer) event pairs on different ranks: the messages of the one dependency rule (`program.message`)."
     tl = as_timeline(timeline, 'p2p_dependencies')
-    idx = {(e.kind, e.stage, e.microbatch, e.pipe): e for e in tl.events if e.kind in ('F', 'B')}
+    ev = [e for e in tl.events if e.kind in COMPUTE]
+    idx, S = {e.action: e for e in ev}, 1 + max((e.stage for e in ev), default=0)
     out = []
-    for e in tl.events:
-        if e.kind not in ('F', 'B'): continue
-        src = idx.get((e.kind, e.stage - 1 if e.kind == 'F' else e.stage + 1, e.microbatch, e.pipe))
-        if src is not None and src.rank != e.rank: out.append((src, e))
+    for e in ev:
+        for d in dependencies(e.action, S):
+            src = idx.get(d) if message(d, e.action) is not None else None
+            if src is not None and src.rank != e.rank: out.append((src, e))
     return out
 
 def to_chrome_trace(timeline, path=None, # also write the JSON here

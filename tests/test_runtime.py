@@ -11,8 +11,9 @@ import torch
 from torch import nn
 from chimera_nb.schedules import make_schedule, Action
 from chimera_nb.simulate import Costs, simulate
-from chimera_nb.runtime import (PipelineRuntime, PipelineFailure, launch_local, check_against_reference, mlp_stages,
-                                emulate_schedule, init_from_env)
+from chimera_nb.runtime import PipelineRuntime, PipelineFailure
+from chimera_nb.launch import launch_local, init_from_env
+from chimera_nb.testing import check_against_reference, mlp_stages, emulate_schedule
 
 F64, F32 = 1e-10, 1e-5
 
@@ -113,14 +114,14 @@ def test_recompute_restores_rng_without_seed():
 
 
 def _killed(rank, world, how, victim, action):
-    def hook(rt, a):
-        if rt.rank == victim and a == action:
+    def hook(rt, ins):
+        if rt.rank == victim and getattr(ins, 'action', None) == action and type(ins).__name__ == 'Compute':
             if how == 'exit': os._exit(3)
             if how == 'kill': os.kill(os.getpid(), signal.SIGKILL)
             if how == 'raise': raise ValueError('injected fault')
             if how == 'hang': time.sleep(1000)
     s = make_schedule('chimera', 4, 8)
-    rt = PipelineRuntime(s, mlp_stages(4, 8), nn.functional.mse_loss, on_action=hook, timeout=5)
+    rt = PipelineRuntime(s, mlp_stages(4, 8), nn.functional.mse_loss, on_instruction=hook, timeout=5)
     xs = [torch.randn(2, 8) for _ in range(8)]
     for _ in range(2): rt.step(xs, xs)
 
@@ -143,7 +144,7 @@ def test_failure_is_reported_in_bounded_time(how):
     if how == 'hang': assert 'timeout=5' in msg
     # the survivors name the failed rank too, not just the launcher
     survivors = [l for l in msg.splitlines()[1:] if not l.strip().startswith(f"rank {victim}:")]
-    assert any(f"rank {victim}" in l and 'stopped at action' in l for l in survivors), msg
+    assert any(f"rank {victim}" in l and 'stopped at' in l for l in survivors), msg
 
 
 def _mismatch(rank, world, kind):
@@ -177,7 +178,9 @@ def test_spawn_start_method():
 TORCHRUN_SCRIPT = textwrap.dedent('''
     import torch
     from torch import nn
-    from chimera_nb.runtime import init_from_env, PipelineRuntime, mlp_stages, reference_step
+    from chimera_nb.launch import init_from_env
+    from chimera_nb.runtime import PipelineRuntime
+    from chimera_nb.testing import mlp_stages, reference_step
     from chimera_nb.schedules import make_schedule
     rank, world, local = init_from_env()
     s = make_schedule('chimera', world, 4)
