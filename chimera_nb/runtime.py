@@ -459,7 +459,7 @@ def reduce_done(self:ModuleCompute, rt, stage, buf, st):
         else: p.grad.copy_(g)
         i += n
 
-# %% ../nbs/06_runtime.ipynb #1ac1597e
+# %% ../nbs/06_runtime.ipynb #6228a639
 def _sleep_until(deadline:float, spin:float=3e-4):
     "Sleep until `perf_counter()` reaches `deadline`: the OS sleep for all but the last `spin` seconds, then yield-spin."
     rem = deadline - time.perf_counter()
@@ -487,7 +487,14 @@ class EmulatedCompute(ComputeBackend):
     def weight(self, rt, a, st): _sleep_until(st.action_start + self.costs['W'][a.stage])
 
     def reduce_buffer(self, rt, stage, st): return torch.tensor([time.perf_counter()], dtype=torch.float64), 'max'
-    def reduce_done(self, rt, stage, buf, st): _sleep_until(buf.item() + self.allreduce[stage])
+
+    def reduce_done(self, rt, stage, buf, st):
+        "Lasts its modelled time from when the last replica started it, after this rank's previous all-reduce (one stream)."
+        start = max(buf.item(), self._stream_free.get(rt.step_count, 0.0))
+        self._stream_free = {rt.step_count: start + self.allreduce[stage]}
+        _sleep_until(start + self.allreduce[stage])
+
+    _stream_free = {}
 
 # %% ../nbs/06_runtime.ipynb #f907635a
 class HostClock:

@@ -4,7 +4,7 @@ hybrid data parallelism, replica consistency, recompute, split backward, failure
 Each launch runs several schedule configurations in the same processes (forked, ~2-3 s a launch on 2 cores).
 Run: .venv/bin/python -m pytest tests/test_runtime.py -q
 """
-import dataclasses, os, re, signal, subprocess, sys, textwrap, time
+import dataclasses, math, os, re, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest
 import torch
@@ -273,3 +273,232 @@ def test_per_pair_channels_as_on_nccl():
     res = launch_local(_run_configs, 4, CONFIGS_CHANNELS, steps=2, dropout=0.1, dtype=torch.float64,
                        runtime_kw=dict(channels=True, lookahead=3), timeout=200)
     _check(res, CONFIGS_CHANNELS, 1, F64, 4)
+
+
+# ---------------------------------------------------------------- payloads of several tensors, optimizers, clipping
+from chimera_nb.runtime import run_threads, NonFiniteLossError
+from chimera_nb.program import Send, Recv, Compute, ReduceStart, ReduceWait, OptimizerStep, Msg
+
+CONFIGS_MASKED = [('1f1b', 4, {}), ('chimera', 4, {}), ('chimera', 8, dict(concat='halving')), ('zb-h1', 4, {}),
+                  ('dualpipev', 8, {}), ('interleaved-1f1b', 4, {}), ('chimera', 8, dict(concat='doubling'))]
+
+
+@pytest.mark.timeout(300)
+def test_masked_stages_varying_length_adamw_and_clipping_d4():
+    "(h, mask) between stages, the sequence length changing every step, AdamW with weight decay, global clipping."
+    res = launch_local(_run_configs, 4, CONFIGS_MASKED, steps=3, dropout=0.1, dtype=torch.float64, model='masked',
+                       optimizer='adamw', max_norm=0.05, timeout=280)
+    _check(res, CONFIGS_MASKED, 1, F64, 4)
+
+
+def test_clipping_is_exact_on_hybrid_parallelism():
+    configs = [('chimera', 4, {}), ('1f1b', 4, {})]
+    res = launch_local(_run_configs, 4, configs, dp_width=2, steps=2, dtype=torch.float64, optimizer='adamw', max_norm=0.01)
+    _check(res, configs, 2, F64, 4)
+
+
+def _unequal(rank, world):
+    "Micro-batches of different sizes and lengths in one step: the shapes travel in headers, the loss is exact."
+    from chimera_nb.testing import masked_stages, masked_batch, reference_step
+    s = make_schedule('chimera', world, 4)
+    g = torch.Generator().manual_seed(0)
+    pairs = [masked_batch(n, L, 8, torch.float64, g) for n, L in ((3, 5), (1, 2), (4, 7), (2, 5))]
+    xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+    rt = PipelineRuntime(s, masked_stages(4, dtype=torch.float64, seed=2), nn.functional.mse_loss, seed=9)
+    loss = rt.step(xs, ys)
+    return loss, reference_step(masked_stages(4, dtype=torch.float64, seed=2), xs, ys, nn.functional.mse_loss, seed=9)
+
+
+def test_unequal_micro_batches_in_one_step():
+    for loss, ref in launch_local(_unequal, 4): assert abs(loss - ref) <= 1e-12 * abs(ref)
+
+
+# ---------------------------------------------------------------- failures name the instruction
+def _fail_at(rank, world, victim, target_repr, name, N):
+    def hook(rt, ins):
+        if rt.rank == victim and repr(ins) == target_repr: raise ValueError('injected fault')
+    s = make_schedule(name, world, N)
+    rt = PipelineRuntime(s, mlp_stages(s.num_stages, 4), nn.functional.mse_loss, on_instruction=hook, timeout=10)
+    xs = [torch.randn(2, 4) for _ in range(N)]
+    rt.step(xs, xs)
+
+
+@pytest.mark.parametrize('name, N, victim, target, expect', [
+    ('1f1b', 2, 1, 'F1.d0', 'rank 1 failed at action F1.d0: ValueError: injected fault'),
+    ('1f1b', 2, 0, 'B0.d1', 'rank 0 failed at action B0.d1'),
+    ('zb-h1', 2, 1, 'W1.d0', 'rank 1 failed at action W1.d0'),
+    ('1f1b', 2, 0, 'send a1.d1 to 1', 'rank 0 failed at sending a1.d1 (the output of F0.d1) to rank 1'),
+    ('1f1b', 2, 1, 'recv a1.d1 from 0', 'rank 1 failed at receiving the activation a1.d1 for F1.d1 from rank 0'),
+    ('chimera', 2, 1, 'allreduce 0 start', 'rank 1 failed at the gradient all-reduce of stage 0 (starting it)'),
+    ('chimera', 2, 0, 'allreduce 1 wait', 'rank 0 failed at the gradient all-reduce of stage 1 (waiting for it)'),
+    ('1f1b', 2, 1, 'optimizer step', 'rank 1 failed at the end of the step'),
+])
+def test_failure_names_the_instruction(name, N, victim, target, expect):
+    "One case per kind of instruction (in-process ranks: the message path is the same on every transport)."
+    with pytest.raises(PipelineFailure) as e: run_threads(_fail_at, 2, victim, target, name, N, timeout=60)
+    msg = str(e.value)
+    assert expect in msg, msg
+    other = 1 - victim
+    assert f"rank {other} stopped at" in msg and f"rank {victim} failed" in msg.split(f"rank {other} stopped at")[1], msg
+
+
+def test_failure_at_the_last_instruction_is_bounded_on_gloo():
+    "The victim fails at its last instruction while the others wait in the loss all-reduce: they stop, naming it."
+    t = time.monotonic()
+    with pytest.raises(PipelineFailure) as e: launch_local(_fail_at, 4, 2, 'optimizer step', 'chimera', 4, timeout=60, grace=15)
+    msg = str(e.value)
+    assert time.monotonic() - t < 45
+    assert 'rank 2 failed at the end of the step' in msg
+    assert msg.count('summing the losses over every rank') >= 1, msg
+
+
+def _poisoned(rank, world):
+    def hook(rt, ins):
+        if rt.rank == 1 and repr(ins) == 'B1.d0': raise ValueError('injected fault')
+    s = make_schedule('1f1b', 2, 2)
+    rt = PipelineRuntime(s, mlp_stages(2, 4), nn.functional.mse_loss, on_instruction=hook, timeout=10)
+    xs = [torch.randn(2, 4) for _ in range(2)]
+    out = []
+    for attempt in (lambda: rt.step(xs, xs), lambda: rt.step(xs, xs),
+                    lambda: PipelineRuntime(s, mlp_stages(2, 4), nn.functional.mse_loss)):
+        t = time.monotonic()
+        try: attempt(); out.append(('ok', 0.0))
+        except PipelineFailure as e: out.append((str(e), time.monotonic() - t))
+    return out
+
+
+def test_a_failed_step_poisons_the_group_and_says_so_at_once():
+    for r, out in enumerate(launch_local(_poisoned, 2, timeout=60)):
+        assert 'failed at action B1.d0' in out[0][0] or 'stopped at' in out[0][0]
+        assert 'this runtime already failed' in out[1][0] and out[1][1] < 0.5       # the same runtime: at once
+        assert 'a step already failed in this process group' in out[2][0] and out[2][1] < 0.5  # a new one: at once
+        assert 'restart the processes' in out[2][0]
+
+
+def _nan(rank, world):
+    s = make_schedule('chimera', world, 4)
+    rt = PipelineRuntime(s, mlp_stages(4, 4, dtype=torch.float64), nn.functional.mse_loss)
+    opt = torch.optim.SGD(list(rt.parameters()), lr=0.1)
+    before = [p.detach().clone() for p in rt.parameters()]
+    xs = [torch.randn(2, 4, dtype=torch.float64) for _ in range(4)]
+    bad = [x.clone() for x in xs]; bad[3][0, 0] = float('nan')
+    try: rt.step(bad, xs, optimizer=opt); msg = None
+    except NonFiniteLossError as e: msg = str(e)
+    unchanged = all(torch.equal(a, b) for a, b in zip(before, rt.parameters()))
+    loss = rt.step(xs, xs, optimizer=opt)   # the runtime is not poisoned: the next step runs
+    return msg, unchanged, loss
+
+
+def test_nan_loss_refuses_the_optimizer_step_on_every_rank():
+    for msg, unchanged, loss in launch_local(_nan, 4):
+        assert msg is not None and 'global micro-batch 3 is nan' in msg and 'refused on every rank' in msg, msg
+        assert unchanged and math.isfinite(loss)
+
+
+# ---------------------------------------------------------------- bad input: clear errors before or at the first action
+def _bad_input(rank, world, case):
+    s = make_schedule('1f1b', 2, 4)
+    kw = dict(lookahead=0) if case == 'lookahead' else dict(timeout=0) if case == 'timeout' else {}
+    loss_fn = (lambda y, t: (y - t) ** 2) if case == 'loss' else nn.functional.mse_loss
+    rt = PipelineRuntime(s, mlp_stages(2, 4), loss_fn, **kw)
+    xs = [torch.randn(2, 4) for _ in range(4)]
+    if case == 'inputs': rt.step(['a'] * 4, xs)
+    if case == 'targets': rt.step(xs, xs[:3])
+    if case == 'split': rt.step(torch.randn(10, 4), torch.randn(10, 4))
+    rt.step(xs, xs)
+
+
+@pytest.mark.parametrize('case, text', [
+    ('inputs', 'a stage payload must be a tensor, or a tuple or dict of tensors; got str'),
+    ('targets', 'targets: got 3 micro-batches, the schedule runs N=4'),
+    ('split', 'a batch of 10 rows does not split into N=4 equal micro-batches'),
+    ('loss', 'loss_fn must return a scalar (0-dim) tensor'),
+    ('lookahead', 'lookahead must be an integer >= 1'),
+    ('timeout', 'timeout must be a positive, finite number'),
+])
+def test_bad_input_is_a_clear_error(case, text):
+    with pytest.raises(PipelineFailure) as e: run_threads(_bad_input, 2, case, timeout=60)
+    assert text in str(e.value), str(e.value)
+
+
+def test_launchers_refuse_a_bad_world_size():
+    for launch in (launch_local, run_threads):
+        with pytest.raises(ValueError, match='positive integer'): launch(_bad_input, 0, 'x')
+
+
+# ---------------------------------------------------------------- nothing left running
+LEAK_SCRIPT = textwrap.dedent('''
+    import os, subprocess, sys, time
+    from chimera_nb.launch import launch_local
+    def fn(rank, world, d):
+        child = subprocess.Popen(['sleep', '300'])        # something the rank starts
+        with open(os.path.join(d, f'pids{rank}'), 'w') as f: f.write(f"{os.getpid()} {child.pid}")
+        time.sleep(300)
+    launch_local(fn, 2, sys.argv[1], timeout=250)
+''')
+
+
+def _alive(pid):
+    try:
+        with open(f'/proc/{pid}/stat') as f: return f.read().split(')')[-1].split()[0] != 'Z'
+    except FileNotFoundError: return False
+
+
+def _start_leaky(tmp_path):
+    script = tmp_path / 'leak.py'; script.write_text(LEAK_SCRIPT)
+    p = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob('pids*'))) < 2 or any(not f.read_text() for f in tmp_path.glob('pids*')):
+        assert time.monotonic() < deadline, 'ranks did not start'
+        time.sleep(0.2)
+    pids = [int(x) for f in tmp_path.glob('pids*') for x in f.read_text().split()]
+    assert all(_alive(q) for q in pids)
+    return p, pids
+
+
+def _gone(pids, within=10.0):
+    deadline = time.monotonic() + within
+    while any(_alive(q) for q in pids) and time.monotonic() < deadline: time.sleep(0.1)
+    return [q for q in pids if _alive(q)]
+
+
+@pytest.mark.parametrize('how', ['ctrl-c', 'launcher-killed'])
+def test_ranks_and_their_children_die_with_the_launcher(tmp_path, how):
+    p, pids = _start_leaky(tmp_path)
+    p.send_signal(signal.SIGINT if how == 'ctrl-c' else signal.SIGKILL)
+    p.wait(30)
+    assert _gone(pids) == [], f"left running after {how}: {pids}"
+
+
+def _rank_with_child_fails(rank, world, d):
+    child = subprocess.Popen(['sleep', '300'])
+    with open(os.path.join(d, f'child{rank}'), 'w') as f: f.write(str(child.pid))
+    if rank == 1: raise ValueError('injected fault')
+    time.sleep(300)
+
+
+def test_a_failed_rank_takes_its_children_with_it(tmp_path):
+    with pytest.raises(PipelineFailure, match='injected fault'):
+        launch_local(_rank_with_child_fails, 2, str(tmp_path), timeout=60, grace=2)
+    assert _gone([int(f.read_text()) for f in tmp_path.glob('child*')]) == []
+
+
+# ---------------------------------------------------------------- the simulator predicts the emulated runtime
+def _policies(rank, world, costs, steps):
+    out = {}
+    for sync in ('eager', 'eager-opt', 'end'):
+        rt = PipelineRuntime(make_schedule('chimera', world, 4), None, emulate=costs, sync=sync, shapes=(4, 64))
+        spans = []
+        for _ in range(steps):
+            rt.step(); spans.append(rt.timeline.makespan)
+        out[sync] = sorted(spans[1:])[len(spans[1:]) // 2]
+    return out
+
+
+@pytest.mark.timeout(200)
+def test_simulator_and_emulated_runtime_agree_on_the_sync_policies():
+    costs = Costs(0.01, 0.02, allreduce=0.04)
+    measured = launch_local(_policies, 4, costs, 5, timeout=180)[0]
+    predicted = {p: simulate(make_schedule('chimera', 4, 4), costs, sync=p).makespan for p in measured}
+    assert sorted(measured, key=measured.get) == sorted(predicted, key=predicted.get) == ['eager', 'eager-opt', 'end'], (measured, predicted)
+    for p in measured: assert 0.95 < measured[p] / predicted[p] < 1.15, (p, measured[p], predicted[p])
