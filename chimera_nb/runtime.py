@@ -496,7 +496,7 @@ class EmulatedCompute(ComputeBackend):
 
     _stream_free = {}
 
-# %% ../nbs/06_runtime.ipynb #f907635a
+# %% ../nbs/06_runtime.ipynb #0a60e305
 class HostClock:
     "Compute times from the host clock."
     def begin(self, rt): pass
@@ -505,14 +505,19 @@ class HostClock:
     def resolve(self, events:list, t0:float) -> list: return events
 
 class CudaClock(HostClock):
-    "Compute times from CUDA events, read after the step (no host sync per action)."
+    "Compute times from CUDA events, read after the step (no host sync per action); the events are reused every step."
+    def __init__(self): self.pool, self.used = [], 0
+    def _event(self):
+        if self.used == len(self.pool): self.pool.append(torch.cuda.Event(enable_timing=True))
+        self.used += 1
+        return self.pool[self.used - 1]
     def begin(self, rt):
-        self.device, self.marks = rt.device, []
-        self.e0 = torch.cuda.Event(enable_timing=True); self.e0.record(); self.t0 = time.perf_counter()
+        self.device, self.marks, self.used = rt.device, [], 0
+        self.e0 = self._event(); self.e0.record(); self.t0 = time.perf_counter()
     def start(self):
-        e = torch.cuda.Event(enable_timing=True); e.record(); return e
+        e = self._event(); e.record(); return e
     def stop(self, token):
-        e = torch.cuda.Event(enable_timing=True); e.record(); self.marks.append((token, e)); return e
+        e = self._event(); e.record(); self.marks.append((token, e)); return e
     def resolve(self, events, t0):
         torch.cuda.synchronize(self.device)
         offset = self.t0 - t0
@@ -815,7 +820,7 @@ def step(self:PipelineRuntime,
     self.step_count += 1
     return st.loss
 
-# %% ../nbs/06_runtime.ipynb #9bdc0f6b
+# %% ../nbs/06_runtime.ipynb #d17449dc
 @patch
 def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepState:
     "Check and split the inputs, reset the gradients, start the step's state."
@@ -828,6 +833,7 @@ def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepSt
     inputs = _microbatches(inputs, s, 'inputs', needs_in, self.rank)
     targets = _microbatches(targets, s, 'targets', needs_tg, self.rank)
     for m in self.stages.values(): m.zero_grad(set_to_none=True)
+    self.clock.begin(self)
     st = StepState(self, inputs, targets, [0] * s.microbatches, 0.0, time.time(), 1.0 / (s.microbatches * self.W),
                    torch.zeros(s.microbatches * self.W, dtype=torch.float64, device=self.device))
     st.optimizer, st.max_norm = optimizer, max_norm

@@ -8,14 +8,14 @@ Docs: https://chimera-nb.github.io/chimera_nb/testing.html.md"""
 __all__ = ['mlp_stages', 'MaskedBlock', 'MaskedHead', 'masked_stages', 'masked_batch', 'reference_step',
            'check_against_reference', 'emulate_schedule']
 
-# %% ../nbs/06b_testing.ipynb #f3716783
+# %% ../nbs/06b_testing.ipynb #2447baff
 import dataclasses, math
 from typing import Callable, Sequence
 import torch
 from torch import nn
 from .schedules import Schedule, make_schedule
 from .simulate import Costs
-from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches
+from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches, _to
 
 # %% ../nbs/06b_testing.ipynb #a0aa5c30
 def mlp_stages(num_stages:int, # number of pipeline stages S
@@ -77,25 +77,27 @@ def masked_batch(n:int, length:int, width:int=8, dtype=torch.float32, generator=
     mask = torch.arange(length).unsqueeze(0) < keep
     return (h * mask.unsqueeze(-1), mask), torch.randn(n, width, dtype=dtype, generator=generator)
 
-# %% ../nbs/06b_testing.ipynb #29d7d8d9
+# %% ../nbs/06b_testing.ipynb #30bcb4c6
 def reference_step(stages:Sequence, # all stage modules, in order
                    inputs:Sequence, # the global batch as micro-batch payloads (W × N of them)
                    targets:Sequence, # their targets
                    loss_fn:Callable, # loss_fn(output, target) -> mean loss of one micro-batch
                    seed:int|None=None, # dropout seed (as given to the runtime)
-                   step:int=0 # step number (as counted by the runtime)
+                   step:int=0, # step number (as counted by the runtime)
+                   device=None, # where the stages are (CUDA: the CUDA RNG streams are seeded the same way)
                   ) -> float:
     "Loss of the global batch; accumulates its gradient into the stages' `.grad` (single process)."
     total, n = 0.0, len(inputs)
     for g, (x, y) in enumerate(zip(inputs, targets)):
+        if device is not None: x, y = _to(x, device), _to(y, device)
         for s, m in enumerate(stages):
-            with seeded(None if seed is None else microbatch_seed(seed, step, s, g)): x = call_stage(m, x)
+            with seeded(None if seed is None else microbatch_seed(seed, step, s, g), device=device): x = call_stage(m, x)
         loss = loss_fn(x, y)
         (loss / n).backward()
         total += loss.item()
     return total / n
 
-# %% ../nbs/06b_testing.ipynb #674b98ee
+# %% ../nbs/06b_testing.ipynb #2e2eeaac
 def _optimizer(kind:str, params, lr:float):
     if kind == 'sgd': return torch.optim.SGD(params, lr=lr)
     if kind == 'adamw': return torch.optim.AdamW(params, lr=lr, weight_decay=0.1)
@@ -150,9 +152,9 @@ def check_against_reference(rank:int, world:int, # given by launch_local / run_t
         loss_err = max(loss_err, abs(loss - rloss) / abs(rloss))
         for st_, m in rt.stages.items():
             for p, q in zip(m.parameters(), ref[st_].parameters()):
-                err = max(err, ((p.grad - q.grad).norm() / q.grad.norm()).item())
+                err = max(err, ((p.grad.cpu() - q.grad).norm() / q.grad.norm()).item())
         opt.step(); ropt.step()
-    params = {st_: [p.detach().clone() for p in m.parameters()] for st_, m in rt.stages.items()}
+    params = {st_: [p.detach().cpu().clone() for p in m.parameters()] for st_, m in rt.stages.items()}
     return dict(loss_err=loss_err, grad_err=err, params=params, timeline=rt.timeline if rank == 0 else None)
 
 # %% ../nbs/06b_testing.ipynb #9bee4202
