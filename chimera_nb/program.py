@@ -133,25 +133,24 @@ def add_communication(s:Schedule, ranks:list) -> list:
         out.append(new)
     return out
 
-# %% ../nbs/00a_program.ipynb #dd20279a
+# %% ../nbs/00a_program.ipynb #59047e2e
 def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
     "Pass 3: `ReduceStart` per replicated stage where `sync` says, `ReduceWait`s and `OptimizerStep` at the end."
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES}")
-    last_kind = 'W' if s.split_backward else 'B'
-    out = []
+    last_kind, out = ('W' if s.split_backward else 'B'), []
     for r, prog in enumerate(ranks):
         synced = [st for st in s.stages_of(r) if len(s.replicas(st)) * dp_width > 1]
-        eager = {st for st in synced if sync == 'eager' or (sync == 'eager-opt' and st in (0, s.num_stages - 1))}
-        last = {}  # stage -> index of its last backward (or W) on this rank
-        for i, ins in enumerate(prog):
-            if type(ins) is Compute and ins.action.kind == last_kind: last[ins.action.stage] = i
-        after = {last[st]: st for st in eager}
-        new, started = [], []
-        for i, ins in enumerate(prog):
-            new.append(ins)
-            if i in after:
-                new.append(ReduceStart(after[i])); started.append(after[i])
-        late = [st for st in synced if st not in eager]
+        eager = [st for st in synced if sync == 'eager' or (sync == 'eager-opt' and st in (0, s.num_stages - 1))]
+        last, todo = {}, set(eager)  # stage -> index of its last backward (or W) on this rank, found from the end
+        for i in range(len(prog) - 1, -1, -1):
+            if not todo: break
+            ins = prog[i]
+            if type(ins) is Compute and ins[0][0] == last_kind and ins[0][1] in todo: last[ins[0][1]] = i; todo.discard(ins[0][1])
+        new, prev, started = [], 0, []
+        for i, st in sorted((i, st) for st, i in last.items()):
+            new += prog[prev:i + 1]; new.append(ReduceStart(st)); started.append(st); prev = i + 1
+        new += prog[prev:]
+        late = [st for st in synced if st not in last]
         new += [ReduceStart(st) for st in late]
         new += [ReduceWait(st) for st in started + late] + [OptimizerStep()]
         out.append(new)

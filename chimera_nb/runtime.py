@@ -820,7 +820,7 @@ def step(self:PipelineRuntime,
     self.step_count += 1
     return st.loss
 
-# %% ../nbs/06_runtime.ipynb #d17449dc
+# %% ../nbs/06_runtime.ipynb #3156cd9f
 @patch
 def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepState:
     "Check and split the inputs, reset the gradients, start the step's state."
@@ -834,7 +834,7 @@ def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepSt
     targets = _microbatches(targets, s, 'targets', needs_tg, self.rank)
     for m in self.stages.values(): m.zero_grad(set_to_none=True)
     self.clock.begin(self)
-    st = StepState(self, inputs, targets, [0] * s.microbatches, 0.0, time.time(), 1.0 / (s.microbatches * self.W),
+    st = StepState(self, inputs, targets, [0] * s.microbatches, time.perf_counter(), time.time(), 1.0 / (s.microbatches * self.W),
                    torch.zeros(s.microbatches * self.W, dtype=torch.float64, device=self.device))
     st.optimizer, st.max_norm = optimizer, max_norm
     return st

@@ -648,3 +648,44 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
     size = 3 * D * N * options.get('chunks', 1) * (2 if options.get('concat') == 'halving' else 1)
     if size > MAX_ACTIONS: raise ValueError(f"{key} with D={D}, N={N} would have ~{size:,} actions, beyond the limit of {MAX_ACTIONS:,}")
     with gc_paused(): return validate(SCHEDULES[key](D, N, **options))
+
+# %% ../nbs/00_schedules.ipynb #29ba6112
+def _to_torch(self:Schedule) -> dict:
+    "torch.distributed.pipelining's compute-only order: {rank: [_Action]}, for `_PipelineScheduleRuntime`."
+    if self.num_pipes > 1 or any(len(self.replicas(st)) > 1 for st in range(self.num_stages)):
+        raise ValueError(f"{self.name} runs {self.num_pipes} pipes, so each stage lives on several ranks (replicas whose "
+                         f"gradients are summed); torch.distributed.pipelining's schedules place every stage on one rank and "
+                         f"cannot express it: run it with chimera_nb's PipelineRuntime")
+    from chimera_nb._compat import torch_action
+    return {r: [torch_action(a.kind, a.stage, a.microbatch, self.split_backward) for a in o] for r, o in enumerate(self.orders)}
+
+def _to_torch_csv(self:Schedule) -> str:
+    "The same as CSV (one row per rank), the file `_PipelineScheduleRuntime._load_csv(path, format='compute_only')` reads."
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator='\n').writerows([[str(a) for a in acts] for _, acts in sorted(self.to_torch().items())])
+    return buf.getvalue()
+
+Schedule.to_torch, Schedule.to_torch_csv = _to_torch, _to_torch_csv
+
+# %% ../nbs/00_schedules.ipynb #6e075d7f
+def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
+                name:str='torch', microbatches:int|None=None) -> Schedule:
+    "A `Schedule` from torch.distributed.pipelining's compute-only order (bubbles, None, are dropped)."
+    from chimera_nb._compat import torch_action_parts
+    if isinstance(order, str):
+        try: order = {r: row for r, row in enumerate(csv.reader(order.splitlines()))}
+        except csv.Error as e: raise ValueError(f"cannot read the torch CSV: {e}") from e
+    if not isinstance(order, dict): raise TypeError(f"from_torch expects {{rank: [actions]}} or CSV text, got {type(order).__name__}")
+    if sorted(order) != list(range(len(order))): raise ValueError(f"ranks must be 0..R-1, got {sorted(order)[:10]}")
+    parts = [[p for a in order[r] for p in torch_action_parts(a)] for r in range(len(order))]
+    split = any(k in 'IW' for o in parts for k, _, _ in o)
+    orders = []
+    for o in parts:  # split: I is our B; a full backward in a split schedule is B then W
+        acts = []
+        for k, st, mb in o:
+            if k == 'B' and split: acts += [Action('B', st, mb), Action('W', st, mb)]
+            else: acts.append(Action('B' if k == 'I' else k, st, mb))
+        orders.append(acts)
+    return _from_orders(orders, name=name, microbatches=microbatches, split_backward=split)
+
+Schedule.from_torch = staticmethod(_from_torch)
