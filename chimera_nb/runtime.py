@@ -459,7 +459,7 @@ def reduce_done(self:ModuleCompute, rt, stage, buf, st):
         else: p.grad.copy_(g)
         i += n
 
-# %% ../nbs/06_runtime.ipynb #6228a639
+# %% ../nbs/06_runtime.ipynb #c4c60fec
 def _sleep_until(deadline:float, spin:float=3e-4):
     "Sleep until `perf_counter()` reaches `deadline`: the OS sleep for all but the last `spin` seconds, then yield-spin."
     rem = deadline - time.perf_counter()
@@ -474,7 +474,10 @@ class EmulatedCompute(ComputeBackend):
         self.shapes = shapes if isinstance(shapes, dict) else {s: tuple(shapes) for s in range(1, schedule.num_stages)}
 
     def _zeros(self, rt, stage):
-        return torch.zeros(self.shapes[stage], device=rt.device, requires_grad=True)
+        "One zero tensor per boundary, reused (nothing writes to it; in-flight sends may share it)."
+        z = self.__dict__.setdefault('_z', {})
+        if stage not in z: z[stage] = torch.zeros(self.shapes[stage], device=rt.device, requires_grad=True)
+        return z[stage]
 
     def forward(self, rt, a, x, st):
         _sleep_until(st.action_start + self.costs['F'][a.stage])
@@ -482,7 +485,7 @@ class EmulatedCompute(ComputeBackend):
 
     def backward(self, rt, a, grads, st):
         _sleep_until(st.action_start + self.costs['B'][a.stage])
-        return None if a.stage == 0 else [self._zeros(rt, a.stage).detach()]
+        return None if a.stage == 0 else [self._zeros(rt, a.stage)]
 
     def weight(self, rt, a, st): _sleep_until(st.action_start + self.costs['W'][a.stage])
 
