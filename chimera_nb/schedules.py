@@ -564,20 +564,19 @@ def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
         orders.append(o)
     return Schedule('interleaved-1f1b', D, D * v, 1, N, place, orders, options=dict(chunks=v))
 
-# %% ../nbs/00_schedules.ipynb #dd43210f
+# %% ../nbs/00_schedules.ipynb #5fd1beaa
 def zb_h1(stages:int, microbatches:int) -> Schedule:
     "ZB-H1: 1F1B's order with the backward split; rank r defers its first r weight gradients to the end."
     D, N = stages, microbatches
     orders = []
-    for r in range(D):
-        warm = min(D - 1 - r, N)
-        o, w = [Action('F', r, m) for m in range(warm)], 0
-        for i in range(N):
-            if warm + i < N: o.append(Action('F', r, warm + i))
-            o.append(Action('B', r, i))
-            if i >= r: o.append(Action('W', r, w)); w += 1
-        o += [Action('W', r, m) for m in range(w, N)]
-        orders.append(o)
+    for r, o in enumerate(one_f_one_b(D, N).orders):
+        new, w, b = [], 0, 0
+        for a in o:
+            new.append(a)
+            if a.kind == 'B':
+                if b >= r: new.append(Action('W', r, w)); w += 1   # the first r weight gradients wait
+                b += 1
+        orders.append(new + [Action('W', r, m) for m in range(w, N)])
     return Schedule('zb-h1', D, D, 1, N, _linear_placement(D), orders, split_backward=True)
 
 # %% ../nbs/00_schedules.ipynb #6cd0ed90
