@@ -364,7 +364,7 @@ class ComputeBackend:
     def reduce_done(self, rt, stage:int, buf, st): "Use the all-reduced `buf` (real: write the gradients back)."
     def output_loss(self, rt, st) -> float: "Mean loss of the step (after the losses are reduced)."
 
-# %% ../nbs/06_runtime.ipynb #fbb2cae2
+# %% ../nbs/06_runtime.ipynb #3627af10
 class Stash(NamedTuple):
     "What F keeps for B: the input leaves, the output payload (None under recompute), the RNG state to replay."
     inputs: list
@@ -399,19 +399,23 @@ class ModuleCompute(ComputeBackend):
             y = self._run(rt, a, leaves, spec, st, grad=True, keep_rng=True)
             if not last: y = unflatten([o.detach().requires_grad_(o.requires_grad) for o in flatten(y)[0]], flatten(y)[1])
             st.stash[key] = Stash((leaves, spec), None, None)
+            if rt.probe_memory: _probe_add(st, key, sum(l.numel() * l.element_size() for l in leaves))
         else:
-            y = self._run(rt, a, leaves, spec, st, grad=True)
+            y, saved = _saved(rt, a, lambda: self._run(rt, a, leaves, spec, st, grad=True))
             st.stash[key] = Stash((leaves, spec), y, None)
+            if rt.probe_memory: _probe_add(st, key, saved)
         if last: st.record_loss(a, y); return None
         return y
 
-# %% ../nbs/06_runtime.ipynb #cc825a17
+# %% ../nbs/06_runtime.ipynb #92241e1e
 @patch
 def _outputs(self:ModuleCompute, rt, a, st):
     "Stashed inputs and the outputs for B (recomputed under recompute)."
     s = st.stash.pop((a.stage, a.microbatch, a.pipe))
     (leaves, spec), y = s.inputs, s.outputs
-    if y is None: y = self._run(rt, a, leaves, spec, st, grad=True)  # recompute, replaying the forward's RNG
+    if y is None:  # recompute, replaying the forward's RNG
+        y, saved = _saved(rt, a, lambda: self._run(rt, a, leaves, spec, st, grad=True))
+        if rt.probe_memory: _probe_add(st, (a.stage, a.microbatch, a.pipe), saved)
     return leaves, y
 
 @patch
@@ -425,6 +429,7 @@ def backward(self:ModuleCompute, rt, a, grads, st):
     xs = [l for l in leaves if l.requires_grad]
     if not rt.schedule.split_backward:
         torch.autograd.backward(outs, gouts)
+        st.saved_live.pop(key, None)
         return None if first else [x.grad if x.grad is not None else torch.zeros_like(x) for x in xs]
     params = [p for p in rt.stages[a.stage].parameters() if p.requires_grad]
     if xs and _compat.split_backward_available():
@@ -442,6 +447,24 @@ def weight(self:ModuleCompute, rt, a, st):
     params = [p for p in rt.stages[a.stage].parameters() if p.requires_grad]
     if how == 'groups': _compat.stage_backward_weight(iter(params), saved)
     else: torch.autograd.backward(saved[0], saved[1], inputs=params)
+    st.saved_live.pop((a.stage, a.microbatch, a.pipe), None)
+
+
+def _saved(rt, a:Action, fn) -> tuple:
+    "(fn(), bytes of the distinct storages autograd saved while it ran, the stage's parameters excluded) — with probe_memory."
+    if not rt.probe_memory: return fn(), 0
+    seen, skip = {}, {p.untyped_storage().data_ptr() for p in rt.stages[a.stage].parameters()}
+    def pack(t):
+        st_ = t.untyped_storage()
+        if st_.data_ptr() not in skip: seen[st_.data_ptr()] = st_.nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): out = fn()
+    return out, sum(seen.values())
+
+def _probe_add(st, key, nbytes:int):
+    "Count `nbytes` more live for `key`; keep the step's peak."
+    st.saved_live[key] = st.saved_live.get(key, 0) + nbytes
+    st.saved_peak = max(st.saved_peak, sum(st.saved_live.values()))
 
 # %% ../nbs/06_runtime.ipynb #75d959ce
 @patch
@@ -556,7 +579,7 @@ class PendingReduce(NamedTuple):
     buf: torch.Tensor
     start: float
 
-# %% ../nbs/06_runtime.ipynb #57846581
+# %% ../nbs/06_runtime.ipynb #4b58a60c
 @dataclass
 class StepState:
     "What one step of `PipelineRuntime` keeps, from its first instruction to its last."
@@ -582,6 +605,8 @@ class StepState:
     reduces: dict = field(default_factory=dict)     # stage -> PendingReduce
     events: list = field(default_factory=list)
     inbox: object = None                            # what the last Recv received, for the compute after it
+    saved_live: dict = field(default_factory=dict)  # probe_memory: (stage, mb, pipe) -> bytes autograd keeps for it
+    saved_peak: int = 0                             # probe_memory: the step's peak of their sum
     action_start: float = 0.0
     compute_time: float = 0.0
     recv_wait: float = 0.0
@@ -606,7 +631,7 @@ def _to(x, device):
 
 
 
-# %% ../nbs/06_runtime.ipynb #ebd3fdd2
+# %% ../nbs/06_runtime.ipynb #f05599dd
 class PipelineRuntime:
     "Executes the lowered program of any `Schedule`: P2P, gradient sync over replicas and data-parallel ranks, tracing."
     def __init__(self,
@@ -625,10 +650,13 @@ class PipelineRuntime:
                  autocast:bool|None=None, # bf16 autocast (default: on for CUDA)
                  channels:bool|None=None, # one group per direction of each pair, order-matched (default: on CUDA)
                  on_instruction:Callable|None=None, # hook(runtime, instruction) before each (debugging, fault injection)
+                 probe_memory:bool=False, # count the activation bytes autograd keeps per rank (saved-tensor hooks): stats['peak_saved_bytes']
+                 ties:dict|None=None, # {key: [(stage, parameter name)]}: copies of one parameter on different stages, kept equal
                 ):
         self._check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed)
         self.schedule, self.W, self.D, self.seed, self.trace = schedule, dp_width, schedule.num_ranks, seed, trace
         self.lookahead, self.timeout, self.on_instruction = lookahead, float(timeout), on_instruction
+        self.probe_memory, self.ties = bool(probe_memory), dict(ties or {})
         self.device = self._pick_device(device)
         self.cuda = self.device.type == 'cuda'
         self.autocast = self.cuda if autocast is None else bool(autocast)
@@ -692,7 +720,7 @@ def _own_stages(self:PipelineRuntime, stages) -> dict:
     if not all(isinstance(m, nn.Module) for m in stages): raise TypeError("every stage must be a torch.nn.Module")
     return {i: stages[i] for i in mine}
 
-# %% ../nbs/06_runtime.ipynb #53132b68
+# %% ../nbs/06_runtime.ipynb #1f03a1b0
 @patch
 def _setup(self:PipelineRuntime):
     old = self.comm.reports()
@@ -701,7 +729,7 @@ def _setup(self:PipelineRuntime):
                               f"connections are closed: restart the processes (launch_local, torchrun, srun) and resume "
                               f"from a checkpoint")
     s, D, W = self.schedule, self.D, self.W
-    fp = (s.to_text(), W, self.program.sync, self.seed is None, self.emulated, type(self.comm).__name__)
+    fp = (s.to_text(), W, self.program.sync, self.seed is None, self.emulated, type(self.comm).__name__, sorted(self.ties.items()))
     self._incoming = self.program.incoming(self.prank)  # {peer: [Msg]} in the peer's send order
     self._check_peers(zlib.crc32(repr(fp).encode()))
     self.stage_groups = {}
@@ -714,6 +742,7 @@ def _setup(self:PipelineRuntime):
     if isinstance(self.comm, ChannelComm):
         pairs = {(w * D + src, w * D + dst) for w in range(W) for dst in range(D) for src in self.program.incoming(dst)}
         self.comm.make_channels(pairs)
+    self._make_ties()
     self._broadcast_weights()
 
 @patch
@@ -743,6 +772,34 @@ def parameters(self:PipelineRuntime):
     for _, m in sorted(self.stages.items()):
         for p in m.parameters():
             if id(p) not in seen: seen.add(id(p)); yield p
+
+@patch
+def _make_ties(self:PipelineRuntime):
+    "One group per tie over every rank holding one of its copies; the copies this rank holds."
+    self.tie_groups, self._tie_skip = {}, set()
+    for key, places in sorted(self.ties.items()):
+        stages = sorted({st for st, _ in places})
+        if not places or any(not 0 <= st < self.schedule.num_stages for st in stages):
+            raise ValueError(f"tie {key!r} names stages {stages}; the schedule has stages 0..{self.schedule.num_stages - 1}")
+        reps = {len(self.schedule.replicas(st)) * self.W for st in stages}
+        if len(reps) != 1: raise ValueError(f"tie {key!r} joins stages with different numbers of replicas: {sorted(reps)}")
+        ranks = sorted({w * self.D + r for w in range(self.W) for st in stages for r in self.schedule.replicas(st)})
+        g = self.comm.group(ranks) if len(ranks) > 1 else None
+        try: local = [self.stages[st].get_parameter(n) for st, n in places if st in self.stages]
+        except AttributeError as e: raise ValueError(f"tie {key!r}: {e}; name each copy as module.get_parameter(name) finds it") from e
+        if local: self.tie_groups[key] = (g, ranks, reps.pop(), local)
+        first = places[0]
+        self._tie_skip |= {id(self.stages[st].get_parameter(n)) for st, n in places[1:] if st in self.stages and (st, n) != first}
+
+@patch
+def _sum_ties(self:PipelineRuntime):
+    "Every tied copy gets the sum of all copies' gradients (each already summed over its stage's replicas)."
+    for key, (g, ranks, reps, local) in self.tie_groups.items():
+        buf = sum(p.grad if p.grad is not None else torch.zeros_like(p) for p in local)
+        if g is not None:
+            self._wait(self.comm.all_reduce(buf, g), f"summing the gradients of the tied parameters {key!r}")
+            buf /= reps  # each rank's sum counts its stages once per replica
+        for p in local: p.grad = buf.clone()
 
 @patch
 def autocast_ctx(self:PipelineRuntime):
@@ -1024,7 +1081,7 @@ def _reduce_wait(self:PipelineRuntime, ins:ReduceWait, st:StepState):
     self.compute.reduce_done(self, ins.stage, r.buf, st)
     st.events.append(Event(self.prank, 'AR', ins.stage, -1, -1, r.start, time.perf_counter() - st.t0))
 
-# %% ../nbs/06_runtime.ipynb #a4b29f84
+# %% ../nbs/06_runtime.ipynb #3091c392
 @patch
 def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     t = time.perf_counter()
@@ -1032,9 +1089,11 @@ def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     send_wait = time.perf_counter() - t
     self._wait(self.comm.all_reduce(st.losses, self.comm.world_group), "summing the losses over every rank")
     st.loss = st.losses.sum().item() / st.losses.numel() if not self.emulated else 0.0
+    self._sum_ties()
     bad = [i for i, v in enumerate(st.losses.tolist()) if not math.isfinite(v)] if not self.emulated else []
     end = time.perf_counter() - st.t0
-    self.stats = dict(compute=st.compute_time, recv_wait=st.recv_wait, send_wait=send_wait, step=end)
+    self.stats = dict(compute=st.compute_time, recv_wait=st.recv_wait, send_wait=send_wait, step=end,
+                      peak_saved_bytes=st.saved_peak)
     if self.trace: self.timeline = self._gather(st, end)
     if bad:
         v = st.losses[bad[0]].item()
@@ -1048,7 +1107,7 @@ _HANDLERS = {Recv: PipelineRuntime._recv, Compute: PipelineRuntime._compute, Sen
              ReduceStart: PipelineRuntime._reduce_start, ReduceWait: PipelineRuntime._reduce_wait,
              OptimizerStep: PipelineRuntime._optimizer_step}
 
-# %% ../nbs/06_runtime.ipynb #2ca7370b
+# %% ../nbs/06_runtime.ipynb #0743dc8e
 def clip_grad_norm_(rt:PipelineRuntime, # a runtime after `step` (gradients synchronised)
                     max_norm:float, # the largest global gradient norm allowed
                     eps:float=1e-6, # as in torch.nn.utils.clip_grad_norm_
@@ -1058,7 +1117,7 @@ def clip_grad_norm_(rt:PipelineRuntime, # a runtime after `step` (gradients sync
     for st_, m in rt.stages.items():
         ranks = rt.stage_groups[st_][1]
         if rt.rank != ranks[0]: continue   # another replica counts this stage
-        norms = [p.grad.detach().norm(2) for p in m.parameters() if p.grad is not None]
+        norms = [p.grad.detach().norm(2) for p in m.parameters() if p.grad is not None and id(p) not in rt._tie_skip]
         if norms: sq += torch.stack(norms).to(torch.float64).pow(2).sum()
     rt._wait(rt.comm.all_reduce(sq, rt.comm.world_group), "summing the gradient norm over every rank")
     total = math.sqrt(sq.item())

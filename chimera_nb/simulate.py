@@ -164,28 +164,38 @@ class Timeline:
         return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
                 f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
-# %% ../nbs/01_simulate.ipynb #a22345a1
+# %% ../nbs/01_simulate.ipynb #419ab9d0
 @patch
 def memory_curve(self:Timeline,
                  rank:int, # the rank
-                 ma:float=1.0, # size of Ma: one micro-batch's stashed activations of one of D equal stages
-                 mi:float=0.0, # size of Mi: one micro-batch's stage input (what recomputation keeps)
+                 ma:float|Sequence=1.0, # Ma: one micro-batch's stashed activations of one of D equal stages (or one per stage)
+                 mi:float|Sequence=0.0, # Mi: one micro-batch's stage input, what recomputation keeps (or one per stage)
                 ) -> list:
     "[(time, live memory)] after every change on `rank`: stashed activations (Ma) and, under recompute, inputs (Mi)."
-    a, i = ma * self.stage_fraction * self.microbatch_scale, mi * self.microbatch_scale
-    if isinstance(ma, bool) or isinstance(mi, bool) or not (math.isfinite(a) and math.isfinite(i)) or min(ma, mi) < 0:
-        raise ValueError(f"memory sizes ma and mi must be finite numbers >= 0, got ma={ma!r}, mi={mi!r}")
+    a = _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale)
+    i = _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)
     frees, deltas = ('W' if self.split_backward else 'B'), []
     for e in self.rank_events(rank):
-        if e.kind == 'F': deltas.append((e.start, i if self.recompute else a))
-        elif e.kind == 'B' and self.recompute: deltas.append((e.start, a))
-        if e.kind == frees: deltas.append((e.end, -(a + i) if self.recompute else -a))
+        if e.kind == 'F': deltas.append((e.start, i(e.stage) if self.recompute else a(e.stage)))
+        elif e.kind == 'B' and self.recompute: deltas.append((e.start, a(e.stage)))
+        if e.kind == frees: deltas.append((e.end, -(a(e.stage) + i(e.stage)) if self.recompute else -a(e.stage)))
     deltas.sort()  # frees (negative) before allocations at the same instant
     live, curve = 0.0, [(self.start_time, 0.0)]
     for t, d in deltas:
         live += d
         curve.append((t, round(live, 9)))
     return curve
+
+def _per_stage_sizes(v, what:str, scalar_scale:float, list_scale:float):
+    "stage -> size: a scalar (for one of D equal stages: times `scalar_scale`) or one value per stage (times `list_scale`)."
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        if not math.isfinite(v) or v < 0: raise ValueError(f"{what} must be a finite number >= 0, got {v!r}")
+        x = v * scalar_scale
+        return lambda s: x
+    vals = list(v)
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
+        raise ValueError(f"{what} must be finite numbers >= 0 (one per stage), got {vals}")
+    return lambda s: vals[s] * list_scale
 
 @patch
 def peak_memory(self:Timeline, ma:float=1.0, mi:float=0.0) -> list:
