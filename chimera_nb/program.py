@@ -133,13 +133,13 @@ def add_communication(s:Schedule, ranks:list) -> list:
         out.append(new)
     return out
 
-# %% ../nbs/00a_program.ipynb #59047e2e
+# %% ../nbs/00a_program.ipynb #b5c7e6f5
 def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
     "Pass 3: `ReduceStart` per replicated stage where `sync` says, `ReduceWait`s and `OptimizerStep` at the end."
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES}")
     last_kind, out = ('W' if s.split_backward else 'B'), []
     for r, prog in enumerate(ranks):
-        synced = [st for st in s.stages_of(r) if len(s.replicas(st)) * dp_width > 1]
+        synced = [] if s.forward_only else [st for st in s.stages_of(r) if len(s.replicas(st)) * dp_width > 1]
         eager = [st for st in synced if sync == 'eager' or (sync == 'eager-opt' and st in (0, s.num_stages - 1))]
         last, todo = {}, set(eager)  # stage -> index of its last backward (or W) on this rank, found from the end
         for i in range(len(prog) - 1, -1, -1):

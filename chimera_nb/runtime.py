@@ -10,7 +10,7 @@ __all__ = ['HEADER_BYTES', 'microbatch_seed', 'seeded', 'rng_state', 'flatten', 
            'report_failure', 'read_failures', 'ChannelComm', 'ThreadWorld', 'ThreadComm', 'current_comm', 'run_threads',
            'ComputeBackend', 'Stash', 'ModuleCompute', 'EmulatedCompute', 'HostClock', 'CudaClock', 'PendingRecv',
            'PendingSend', 'PendingReduce', 'StepState', 'PipelineRuntime', 'CommError', 'describe',
-           'NonFiniteLossError', 'split_microbatches', 'clip_grad_norm_']
+           'NonFiniteLossError', 'EvalResult', 'split_microbatches', 'clip_grad_norm_']
 
 # %% ../nbs/06_runtime.ipynb #592f5e92
 import contextlib, datetime, math, numbers, os, pickle, socket, threading, time, zlib
@@ -364,7 +364,7 @@ class ComputeBackend:
     def reduce_done(self, rt, stage:int, buf, st): "Use the all-reduced `buf` (real: write the gradients back)."
     def output_loss(self, rt, st) -> float: "Mean loss of the step (after the losses are reduced)."
 
-# %% ../nbs/06_runtime.ipynb #3627af10
+# %% ../nbs/06_runtime.ipynb #061459e3
 class Stash(NamedTuple):
     "What F keeps for B: the input leaves, the output payload (None under recompute), the RNG state to replay."
     inputs: list
@@ -390,6 +390,7 @@ class ModuleCompute(ComputeBackend):
         return loss
 
     def forward(self, rt, a, x, st):
+        if st.evaluating: return self._evaluate(rt, a, x, st)
         leaves, spec = flatten(x)
         if a.stage > 0: leaves = [l.detach().requires_grad_(l.requires_grad and l.is_floating_point()) for l in leaves]
         key, last = (a.stage, a.microbatch, a.pipe), a.stage == rt.schedule.num_stages - 1
@@ -407,7 +408,18 @@ class ModuleCompute(ComputeBackend):
         if last: st.record_loss(a, y); return None
         return y
 
-# %% ../nbs/06_runtime.ipynb #92241e1e
+# %% ../nbs/06_runtime.ipynb #3ba2374e
+@patch
+def _evaluate(self:ModuleCompute, rt, a, x, st):
+    "Forward only, no graph: the payload on, or on the last stage the loss and the metric of the micro-batch."
+    with torch.no_grad(), rt.autocast_ctx():
+        y = call_stage(rt.stages[a.stage], x)
+        if a.stage < rt.schedule.num_stages - 1: return y
+        t = st.target(a)
+        st.record_loss(a, self.loss_fn(y, t))
+        if st.metric is not None: st.metrics[st.global_index(a)] = float(st.metric(y, t))
+    return None
+
 @patch
 def _outputs(self:ModuleCompute, rt, a, st):
     "Stashed inputs and the outputs for B (recomputed under recompute)."
@@ -579,7 +591,7 @@ class PendingReduce(NamedTuple):
     buf: torch.Tensor
     start: float
 
-# %% ../nbs/06_runtime.ipynb #4b58a60c
+# %% ../nbs/06_runtime.ipynb #faeffd44
 @dataclass
 class StepState:
     "What one step of `PipelineRuntime` keeps, from its first instruction to its last."
@@ -613,6 +625,11 @@ class StepState:
     optimizer: object = None
     max_norm: float|None = None
     loss: float = float('nan')
+    program: list = field(default_factory=list)     # this rank's instructions (the training or the forward-only program)
+    incoming: dict = field(default_factory=dict)    # {peer: [Msg]} in the peer's send order, for that program
+    evaluating: bool = False                        # forward only: no graph, no stash, no all-reduce, no optimizer
+    metric: Callable|None = None                    # evaluation: metric(output, target) -> a number per micro-batch
+    metrics: torch.Tensor|None = None               # its value per global micro-batch
 
     def global_index(self, a:Action) -> int:
         "Global micro-batch index of `a` (data-parallel rank × N + index in the replica's batch)."
@@ -720,7 +737,7 @@ def _own_stages(self:PipelineRuntime, stages) -> dict:
     if not all(isinstance(m, nn.Module) for m in stages): raise TypeError("every stage must be a torch.nn.Module")
     return {i: stages[i] for i in mine}
 
-# %% ../nbs/06_runtime.ipynb #1f03a1b0
+# %% ../nbs/06_runtime.ipynb #46555947
 @patch
 def _setup(self:PipelineRuntime):
     old = self.comm.reports()
@@ -730,7 +747,6 @@ def _setup(self:PipelineRuntime):
                               f"from a checkpoint")
     s, D, W = self.schedule, self.D, self.W
     fp = (s.to_text(), W, self.program.sync, self.seed is None, self.emulated, type(self.comm).__name__, sorted(self.ties.items()))
-    self._incoming = self.program.incoming(self.prank)  # {peer: [Msg]} in the peer's send order
     self._check_peers(zlib.crc32(repr(fp).encode()))
     self.stage_groups = {}
     for st in range(s.num_stages):
@@ -851,7 +867,7 @@ def _fail(self:PipelineRuntime, ins, err:Exception) -> PipelineFailure:
 @patch
 def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
 
-# %% ../nbs/06_runtime.ipynb #b34f12a6
+# %% ../nbs/06_runtime.ipynb #e6922dc4
 class NonFiniteLossError(FloatingPointError):
     "The loss of a step is NaN or infinite; the optimizer step was refused on every rank."
 
@@ -865,24 +881,52 @@ def step(self:PipelineRuntime,
     "One training iteration: run this rank's program; return the mean loss over the global batch."
     if self.failed: raise PipelineFailure(f"rank {self.rank}: this runtime already failed ({self.failed}); restart the "
                                           f"processes (launch_local, torchrun, srun) and resume from a checkpoint")
-    st = self._begin(inputs, targets, optimizer, max_norm)
-    prog, handlers = self.program[self.prank], _HANDLERS
-    ins = None  # before the first instruction: the step's start
-    try:
-        self._announce(st)
-        for i, ins in enumerate(prog):
-            self._post_ahead(i, st)
-            if self.on_instruction is not None: self.on_instruction(self, ins)
-            handlers[type(ins)](self, ins, st)
+    st = self._begin(inputs, targets, optimizer, max_norm, self.program)
+    try: self._run_program(st)
     except NonFiniteLossError: self.step_count += 1; raise
-    except PipelineFailure: raise
-    except Exception as e: raise self._fail(ins, e) from e
     self.step_count += 1
     return st.loss
 
-# %% ../nbs/06_runtime.ipynb #3156cd9f
+class EvalResult(NamedTuple):
+    "What `evaluate` returns: the mean loss over the global batch, and the metric summed over it (None without one)."
+    loss: float
+    metric: float|None
+
 @patch
-def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepState:
+def evaluate(self:PipelineRuntime,
+             inputs=None, # as for `step`
+             targets=None,
+             metric:Callable|None=None, # metric(output, target) -> a number per micro-batch (e.g. the correct count)
+            ) -> EvalResult:
+    "Forward only over one global batch (eval mode, no gradients): the mean loss and the summed metric, on every rank."
+    if self.emulated: raise ValueError("evaluate needs the stage modules: an emulated runtime has none")
+    if self.failed: raise PipelineFailure(f"rank {self.rank}: this runtime already failed ({self.failed}); restart the processes")
+    prog = self.__dict__.setdefault('_eval_program', lower(self.schedule.forwards(), self.program.sync, self.W))
+    st = self._begin(inputs, targets, None, None, prog)
+    st.evaluating, st.metric, st.metrics = True, metric, torch.zeros_like(st.losses)
+    modes = {k: m.training for k, m in self.stages.items()}
+    for m in self.stages.values(): m.eval()
+    try: self._run_program(st)
+    finally:
+        for k, m in self.stages.items(): m.train(modes[k])
+    return EvalResult(st.loss, st.metrics.sum().item() if metric is not None else None)
+
+@patch
+def _run_program(self:PipelineRuntime, st:StepState):
+    "Announce the micro-batches' shapes, then run the program: post receives ahead, run each instruction's handler."
+    handlers, ins = _HANDLERS, None  # before the first instruction: the step's start
+    try:
+        self._announce(st)
+        for i, ins in enumerate(st.program):
+            self._post_ahead(i, st)
+            if self.on_instruction is not None: self.on_instruction(self, ins)
+            handlers[type(ins)](self, ins, st)
+    except (NonFiniteLossError, PipelineFailure): raise
+    except Exception as e: raise self._fail(ins, e) from e
+
+# %% ../nbs/06_runtime.ipynb #ed6bef82
+@patch
+def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm, program:Program) -> StepState:
     "Check and split the inputs, reset the gradients, start the step's state."
     s = self.schedule
     if max_norm is not None and (isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real) or not max_norm > 0):
@@ -892,12 +936,21 @@ def _begin(self:PipelineRuntime, inputs, targets, optimizer, max_norm) -> StepSt
     needs_tg = not self.emulated and s.num_stages - 1 in self.stages
     inputs = _microbatches(inputs, s, 'inputs', needs_in, self.rank)
     targets = _microbatches(targets, s, 'targets', needs_tg, self.rank)
-    for m in self.stages.values(): m.zero_grad(set_to_none=True)
+    if program is self.program:
+        for m in self.stages.values(): m.zero_grad(set_to_none=True)
     self.clock.begin(self)
     st = StepState(self, inputs, targets, [0] * s.microbatches, time.perf_counter(), time.time(), 1.0 / (s.microbatches * self.W),
                    torch.zeros(s.microbatches * self.W, dtype=torch.float64, device=self.device))
     st.optimizer, st.max_norm = optimizer, max_norm
+    st.program, st.incoming = program[self.prank], self._incoming(program)
     return st
+
+@patch
+def _incoming(self:PipelineRuntime, program:Program) -> dict:
+    "{peer: [Msg]} in each peer's send order for `program` (computed once per program)."
+    cache = self.__dict__.setdefault('_incoming_cache', {})
+    if id(program) not in cache: cache[id(program)] = program.incoming(self.prank)
+    return cache[id(program)]
 
 def split_microbatches(x, s:Schedule) -> list:
     "`x` (a list of micro-batches, or one batch) as the `s.microbatches` payloads a step of `s` runs."
@@ -930,7 +983,7 @@ def _split(x, n:int, what:str) -> list:
     parts = [l.split(b // n) for l in leaves]
     return [unflatten([p[i] for p in parts], spec) for i in range(n)]
 
-# %% ../nbs/06_runtime.ipynb #f485c98e
+# %% ../nbs/06_runtime.ipynb #36e84cdf
 @patch
 def _announce(self:PipelineRuntime, st:StepState):
     "Broadcast this replica's signature id per micro-batch from its stage-0 rank."
@@ -950,13 +1003,14 @@ def _sig_id(self:PipelineRuntime, x) -> int:
     return self._sig_ids.setdefault(key, len(self._sig_ids))
 
 @patch
-def _msg_sig(self:PipelineRuntime, m:Msg, st:StepState) -> int:
-    return st.sig[self.schedule.global_microbatch(m.pipe, m.microbatch)]
+def _msg_sig(self:PipelineRuntime, m:Msg, st:StepState) -> tuple:
+    "What fixes a message's shapes: its micro-batch's signature, and whether gradients flow (training) or not (evaluation)."
+    return (st.sig[self.schedule.global_microbatch(m.pipe, m.microbatch)], st.evaluating)
 
-# %% ../nbs/06_runtime.ipynb #8527021a
+# %% ../nbs/06_runtime.ipynb #511fd945
 @patch
 def _post_ahead(self:PipelineRuntime, i:int, st:StepState):
-    prog, upto = self.program[self.prank], min(len(self.program[self.prank]), i + self.lookahead + 1)
+    prog, upto = st.program, min(len(st.program), i + self.lookahead + 1)
     first_unposted = None
     for j in range(st.posted_upto, upto):
         ins = prog[j]
@@ -967,7 +1021,7 @@ def _post_ahead(self:PipelineRuntime, i:int, st:StepState):
 @patch
 def _post_from(self:PipelineRuntime, src:int, m:Msg, st:StepState) -> bool:
     "Post the messages from `src`, in its send order, up to `m`; False if `m` is not posted yet."
-    queue = self._incoming[src]
+    queue = st.incoming[src]
     while m not in st.posted:
         if src in st.held: return False
         k = st.next_in.get(src, 0)
@@ -1081,7 +1135,7 @@ def _reduce_wait(self:PipelineRuntime, ins:ReduceWait, st:StepState):
     self.compute.reduce_done(self, ins.stage, r.buf, st)
     st.events.append(Event(self.prank, 'AR', ins.stage, -1, -1, r.start, time.perf_counter() - st.t0))
 
-# %% ../nbs/06_runtime.ipynb #3091c392
+# %% ../nbs/06_runtime.ipynb #31d8973d
 @patch
 def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     t = time.perf_counter()
@@ -1089,6 +1143,9 @@ def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     send_wait = time.perf_counter() - t
     self._wait(self.comm.all_reduce(st.losses, self.comm.world_group), "summing the losses over every rank")
     st.loss = st.losses.sum().item() / st.losses.numel() if not self.emulated else 0.0
+    if st.evaluating:
+        if st.metrics is not None: self._wait(self.comm.all_reduce(st.metrics, self.comm.world_group), "summing the metric over every rank")
+        return
     self._sum_ties()
     bad = [i for i, v in enumerate(st.losses.tolist()) if not math.isfinite(v)] if not self.emulated else []
     end = time.perf_counter() - st.t0

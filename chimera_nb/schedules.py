@@ -71,7 +71,7 @@ def gc_paused():
     finally:
         if was: gc.enable()
 
-# %% ../nbs/00_schedules.ipynb #c7a7a5b1
+# %% ../nbs/00_schedules.ipynb #81e441e4
 @dataclass(eq=False)
 class Schedule:
     "A placement of (pipe, stage) on ranks plus each rank's ordered actions."
@@ -86,6 +86,7 @@ class Schedule:
     recompute: bool = False                     # recompute forward activations in B
     options: dict = field(default_factory=dict) # generator options, for the record
     microbatch_scale: float = 1.0               # size of each micro-batch relative to the nominal one (0.5: backward halving)
+    forward_only: bool = False                  # inference / evaluation: F actions only, no gradients
 
     def actions(self, rank:int) -> list:
         "The ordered actions of `rank`."
@@ -119,7 +120,8 @@ class Schedule:
 
     def _key(self):
         return (self.num_ranks, self.num_stages, self.num_pipes, self.microbatches, self.placement,
-                [list(o) for o in self.orders], bool(self.split_backward), bool(self.recompute), self.microbatch_scale)
+                [list(o) for o in self.orders], bool(self.split_backward), bool(self.recompute), self.microbatch_scale,
+                bool(self.forward_only))
 
     def __eq__(self, other): return isinstance(other, Schedule) and self._key() == other._key()
 
@@ -132,7 +134,7 @@ class Schedule:
         if self.num_ranks > 8: rows.append(f"  … {self.num_ranks - 8} more ranks")
         return '\n'.join([head] + rows)
 
-# %% ../nbs/00_schedules.ipynb #24dfdb6d
+# %% ../nbs/00_schedules.ipynb #a88609c2
 def _infer_placement(orders) -> dict:
     placement = {}
     for r, order in enumerate(orders):
@@ -172,17 +174,19 @@ def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw)
     num_pipes = max(p for p, _ in placement) + 1
     if microbatches is None: microbatches = num_pipes * (max(a.microbatch for a in acts) + 1)
     split = kw.pop('split_backward', any(a.kind == 'W' for a in acts))
+    kw.setdefault('forward_only', not any(a.kind == 'B' for a in acts))
     return Schedule(name, len(orders), num_stages, num_pipes, microbatches, placement, [list(o) for o in orders],
                     split_backward=split, **kw)
 
-# %% ../nbs/00_schedules.ipynb #ed9d6843
-_HEADER_KEYS = {'ranks': int, 'stages': int, 'pipes': int, 'microbatches': int, 'split_backward': int, 'recompute': int,
+# %% ../nbs/00_schedules.ipynb #962d79ce
+_HEADER_KEYS = {'ranks': int, 'stages': int, 'pipes': int, 'microbatches': int, 'split_backward': int, 'recompute': int, 'forward_only': int,
                 'microbatch_scale': float}
 
 def _header(self:Schedule) -> str:
     return (f"# schedule {self.name} ranks={self.num_ranks} stages={self.num_stages} pipes={self.num_pipes} "
             f"microbatches={self.microbatches} split_backward={int(self.split_backward)} recompute={int(self.recompute)}"
-            + (f" microbatch_scale={self.microbatch_scale:g}" if self.microbatch_scale != 1 else ''))
+            + (f" microbatch_scale={self.microbatch_scale:g}" if self.microbatch_scale != 1 else '')
+            + (" forward_only=1" if self.forward_only else ''))
 
 def _read_header(line:str, i:int) -> tuple:
     "(name, {key: value}) of a `# schedule NAME key=value ...` line."
@@ -199,7 +203,7 @@ def _read_header(line:str, i:int) -> tuple:
 
 def _apply_header(orders, placement, name, meta) -> Schedule:
     "The schedule of `orders`, with the header's flags, checked against what the header says of its size."
-    kw = {k: bool(meta[k]) for k in ('split_backward', 'recompute') if k in meta}
+    kw = {k: bool(meta[k]) for k in ('split_backward', 'recompute', 'forward_only') if k in meta}
     if 'microbatch_scale' in meta: kw['microbatch_scale'] = meta['microbatch_scale']
     s = _from_orders(orders, name=name, placement=placement or None, microbatches=meta.get('microbatches'), **kw)
     for k, got in (('ranks', s.num_ranks), ('stages', s.num_stages), ('pipes', s.num_pipes)):
@@ -286,12 +290,12 @@ def dependencies(a:Action, num_stages:int) -> list:
     if a.kind not in DEPENDS: raise ValueError(f"unknown action kind {a.kind!r}: expected one of {KINDS}")
     return [Action(k, a.stage + o, a.microbatch, a.pipe) for k, o in DEPENDS[a.kind] if 0 <= a.stage + o < num_stages]
 
-# %% ../nbs/00_schedules.ipynb #1959350b
+# %% ../nbs/00_schedules.ipynb #719e0629
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
 def _check_complete(s:Schedule):
-    kinds = ('F', 'B', 'W') if s.split_backward else ('F', 'B')
+    kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
     if s.num_pipes < 1 or s.microbatches < 1 or s.microbatches % s.num_pipes:
         raise ScheduleError(f"{s.microbatches} micro-batches cannot be split evenly over {s.num_pipes} pipes")
     npp, place, seen = s.microbatches_per_pipe, s.placement, set()
@@ -688,3 +692,11 @@ def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline
     return _from_orders(orders, name=name, microbatches=microbatches, split_backward=split)
 
 Schedule.from_torch = staticmethod(_from_torch)
+
+# %% ../nbs/00_schedules.ipynb #b27a78e4
+def _forward_only(self:Schedule) -> Schedule:
+    "The schedule's forwards only (same placement), for evaluation and inference."
+    return replace(self, orders=[[a for a in o if a.kind == 'F'] for o in self.orders], split_backward=False,
+                   recompute=False, forward_only=True, name=self.name)
+
+Schedule.forwards = _forward_only
