@@ -39,16 +39,27 @@ def cache_dir(*parts:str # sub-folders, e.g. 'wikipedia'
         raise OSError(f"cannot create the cache folder {d} ({e.strerror}): set CHIMERA_NB_CACHE to a writable folder") from e
     return d
 
-# %% ../nbs/05_data.ipynb #f4fedf6a
+# %% ../nbs/05_data.ipynb #28fd8225
+def _fsync_dir(d:Path):
+    "Flush a directory entry (POSIX); a no-op where directories cannot be opened."
+    try: fd = os.open(d, os.O_RDONLY)
+    except OSError: return
+    try: os.fsync(fd)
+    except OSError: pass
+    finally: os.close(fd)
+
 def atomic_write(path:Path, # the file to (re)write
                  write:Callable, # write(f): writes the content to the binary file object f
                 ) -> Path:
-    "Write `path` through a temporary file beside it and a rename: readers see the old content or the new, never half."
+    "Write `path` through a temporary file beside it, fsync and a rename: readers see the old content or the new, never half."
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f'.{path.name}.', suffix='.tmp')
     try:
-        with os.fdopen(fd, 'wb') as f: write(f)
+        with os.fdopen(fd, 'wb') as f:
+            write(f)
+            f.flush(); os.fsync(f.fileno())  # the content is on disk before the name points at it
         os.replace(tmp, path)
+        _fsync_dir(path.parent)          # and the rename itself survives a crash
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

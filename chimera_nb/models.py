@@ -157,7 +157,7 @@ def _seeded_build(seed:int):
         torch.manual_seed(seed)
         yield
 
-# %% ../nbs/04_models.ipynb #c50e36a3
+# %% ../nbs/04_models.ipynb #aec33009
 def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed:int):
     "The transformers model for `task`: from a preset's config dict, or `from_pretrained(source)` for a path / hub name."
     import transformers as T
@@ -167,11 +167,20 @@ def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed
     with _seeded_build(seed):
         if isinstance(source, dict):
             return cls((T.BertConfig if family == 'bert' else T.GPT2Config)(**source, **overrides, **kw))
-        try: return cls.from_pretrained(source, **overrides, **kw)
+        try:
+            with _quiet_transformers(): return cls.from_pretrained(source, **overrides, **kw)
         except OSError as e:
             raise ValueError(f"cannot load {source!r}: not a folder with a saved model, and the hub cannot be reached "
                              f"(no network here); give a local path (e.g. the MiniLM BERT the project installs), or a "
                              f"preset: {', '.join(PRESETS)}") from e
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    "transformers' load report lists the new head's weights as missing: expected when fine-tuning, so only errors show."
+    from transformers.utils import logging as tl
+    old = tl.get_verbosity(); tl.set_verbosity_error()
+    try: yield
+    finally: tl.set_verbosity(old)
 
 def _bert_layers(m, task):
     enc = m.bert

@@ -8,27 +8,35 @@ Docs: https://chimera-nb.github.io/chimera_nb/partition.html.md"""
 __all__ = ['PARTITION_BY', 'OPTIMIZER_STATES', 'MEMORY_PARTS', 'Stage', 'balance', 'LayerProfile', 'profile_layers', 'Partition',
            'partition', 'memory_estimate', 'plot_memory_estimate']
 
-# %% ../nbs/03_partition.ipynb #9561b9b8
+# %% ../nbs/03_partition.ipynb #a858cf62
 import math, time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 import torch
 from torch import nn
-from .runtime import call_stage, flatten
+from .runtime import call_stage, flatten, layer_seed, seeded
 from .schedules import Schedule
 from .simulate import simulate, Costs
 
-# %% ../nbs/03_partition.ipynb #050f0405
+# %% ../nbs/03_partition.ipynb #2d693fd0
 class Stage(nn.Module):
-    "A run of consecutive layers, called in turn on the payload (`call_stage` convention: tensor, tuple or dict)."
-    def __init__(self, layers:Sequence[nn.Module]):
+    "A run of consecutive layers, called in turn on the payload; layer k of the model draws dropout from its own stream."
+    def __init__(self, layers:Sequence[nn.Module], first:int=0): # `first`: the model index of the first layer
         super().__init__()
-        self.layers = nn.ModuleList(layers)
+        self.layers, self.first = nn.ModuleList(layers), first
 
     def forward(self, *args, **kwargs):
         x = kwargs if kwargs else (args[0] if len(args) == 1 else args)
-        for layer in self.layers: x = call_stage(layer, x)
+        for k, layer in enumerate(self.layers):
+            seed = layer_seed(self.first + k)  # under the runtime: a stream per (step, micro-batch, layer), whatever the split
+            if seed is None: x = call_stage(layer, x)
+            else:
+                with seeded(seed, device=_device_of(x)): x = call_stage(layer, x)
         return x
+
+def _device_of(x):
+    leaves = flatten(x)[0]
+    return leaves[0].device if leaves else None
 
 # %% ../nbs/03_partition.ipynb #5663b010
 def _fits(costs, parts, cap) -> bool:
@@ -174,7 +182,7 @@ class Partition:
         return (f"Partition({len(self.stages)} stages by {self.by}, boundaries={self.boundaries}, "
                 f"imbalance={self.imbalance:.3f})")
 
-# %% ../nbs/03_partition.ipynb #ea260a3e
+# %% ../nbs/03_partition.ipynb #0fc81d58
 PARTITION_BY = ('params', 'time', 'memory')
 
 def partition(layers:Sequence[nn.Module], # the model's layers, in order
@@ -189,7 +197,7 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
         b = list(by)
         if len(b) != stages + 1 or b[0] != 0 or b[-1] != len(layers) or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError(f"boundaries must be {stages + 1} increasing numbers from 0 to {len(layers)}, got {b}")
-        return Partition([Stage(layers[x:y]) for x, y in zip(b, b[1:])], b, 'boundaries', [1.0] * len(layers))
+        return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, 'boundaries', [1.0] * len(layers))
     if by not in PARTITION_BY: raise ValueError(f"by must be one of {PARTITION_BY} or a list of boundaries, got {by!r}")
     if by == 'params': costs = [float(sum(p.numel() for p in l.parameters())) for l in layers]
     else:
@@ -198,7 +206,7 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
         costs = ([p.forward_s + p.backward_s for p in prof] if by == 'time' else
                  [2 * p.param_bytes + p.saved_bytes for p in prof])
     b = balance(costs, stages)
-    return Partition([Stage(layers[x:y]) for x, y in zip(b, b[1:])], b, by, costs)
+    return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, by, costs)
 
 # %% ../nbs/03_partition.ipynb #56df67e0
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps

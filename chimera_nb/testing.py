@@ -8,14 +8,14 @@ Docs: https://chimera-nb.github.io/chimera_nb/testing.html.md"""
 __all__ = ['mlp_stages', 'MaskedBlock', 'MaskedHead', 'masked_stages', 'masked_batch', 'reference_step',
            'check_against_reference', 'emulate_schedule']
 
-# %% ../nbs/06b_testing.ipynb #2447baff
+# %% ../nbs/06b_testing.ipynb #1df6a607
 import dataclasses, math
 from typing import Callable, Sequence
 import torch
 from torch import nn
 from .schedules import Schedule, make_schedule
 from .simulate import Costs
-from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches, _to
+from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches, _to, layer_streams
 
 # %% ../nbs/06b_testing.ipynb #a0aa5c30
 def mlp_stages(num_stages:int, # number of pipeline stages S
@@ -77,7 +77,7 @@ def masked_batch(n:int, length:int, width:int=8, dtype=torch.float32, generator=
     mask = torch.arange(length).unsqueeze(0) < keep
     return (h * mask.unsqueeze(-1), mask), torch.randn(n, width, dtype=dtype, generator=generator)
 
-# %% ../nbs/06b_testing.ipynb #30bcb4c6
+# %% ../nbs/06b_testing.ipynb #02fb8348
 def reference_step(stages:Sequence, # all stage modules, in order
                    inputs:Sequence, # the global batch as micro-batch payloads (W × N of them)
                    targets:Sequence, # their targets
@@ -91,7 +91,8 @@ def reference_step(stages:Sequence, # all stage modules, in order
     for g, (x, y) in enumerate(zip(inputs, targets)):
         if device is not None: x, y = _to(x, device), _to(y, device)
         for s, m in enumerate(stages):
-            with seeded(None if seed is None else microbatch_seed(seed, step, s, g), device=device): x = call_stage(m, x)
+            with seeded(None if seed is None else microbatch_seed(seed, step, s, g), device=device), \
+                 layer_streams(None if seed is None else microbatch_seed(seed, step, -1, g)): x = call_stage(m, x)
         loss = loss_fn(x, y)
         (loss / n).backward()
         total += loss.item()

@@ -34,7 +34,7 @@ def _exact(rank, world, name, task, schedule, N, opts, steps=2):
     model = to_stages(mk(True), s.num_stages)
     for m in model.stages: m.double()
     ref_model = mk(False)   # tied: one shared parameter, the model the pipeline must reproduce
-    ref = [Stage(ref_model.layers[a:b]).double() for a, b in zip(model.partition.boundaries, model.partition.boundaries[1:])]
+    ref = [Stage(ref_model.layers[a:b], a).double() for a, b in zip(model.partition.boundaries, model.partition.boundaries[1:])]
     rt = PipelineRuntime(s, model.stages, model.loss_fn, seed=11, ties=model.ties)
     opt = torch.optim.AdamW(list(rt.parameters()), lr=1e-3, weight_decay=0.1)
     rparams = list({id(p): p for m in ref for p in m.parameters()}.values())
