@@ -6,13 +6,12 @@ Docs: https://chimera-nb.github.io/chimera_nb/infer.html.md"""
 
 # %% auto #0
 __all__ = ['MODES', 'DTYPES', 'InferConfig', 'check_infer_config', 'inputs_for', 'timed', 'dp_rank', 'pipeline_rank', 'InferRow',
-           'measure_rank', 'provenance', 'with_efficiency', 'save_results', 'load_results', 'benchmark', 'plot_scaling',
+           'measure_rank', 'with_efficiency', 'save_results', 'load_results', 'benchmark', 'plot_scaling',
            'infer_parser', 'main']
 
-# %% ../nbs/13_infer.ipynb #9294657d
+# %% ../nbs/13_infer.ipynb #7e11651b
 import argparse, json, os, platform, statistics, sys, time
 from dataclasses import dataclass, asdict, field, fields
-from datetime import datetime, timezone
 from pathlib import Path
 import pandas as pd
 import torch
@@ -22,7 +21,7 @@ from .models import build, to_stages
 from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
-from .train import TrainConfig, prepare_data, split_batch
+from .train import TrainConfig, prepare_data, split_batch, provenance
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 MODES = ('dp', 'pipeline')
@@ -159,12 +158,7 @@ def _peak_mb(dev) -> float:
 def _device_name(dev) -> str:
     return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
-# %% ../nbs/13_infer.ipynb #c766fbd8
-def provenance() -> dict:
-    "Machine, versions, command and date for a result file."
-    return dict(host=platform.node(), python=platform.python_version(), torch=torch.__version__,
-                command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
-
+# %% ../nbs/13_infer.ipynb #27102467
 def with_efficiency(df:pd.DataFrame) -> pd.DataFrame:
     "Add `efficiency` = throughput(P) / (P x throughput(1)): one process of the same mode and batch, else any one-process row of that batch (one process runs the whole model either way)."
     one = df[df.ranks == 1]
@@ -172,11 +166,11 @@ def with_efficiency(df:pd.DataFrame) -> pd.DataFrame:
     base = [same.get((m, b), any_mode.get(b, float('nan'))) for m, b in zip(df['mode'], df.batch)]
     return df.assign(efficiency=df.samples_per_s / (df.ranks * pd.Series(base, index=df.index)))
 
-# %% ../nbs/13_infer.ipynb #b37a1a07
+# %% ../nbs/13_infer.ipynb #21bf9758
 def save_results(df:pd.DataFrame, path) -> Path:
     "Write the rows with provenance columns, atomically."
     path = Path(path); path.parent.mkdir(parents=True, exist_ok=True)
-    out = df.assign(**provenance())
+    out = df.assign(**{k: v for k, v in provenance(_device()).items() if k != 'device'})
     return D.atomic_write(path, lambda f: f.write(out.to_csv(index=False).encode()))
 
 def load_results(path) -> pd.DataFrame:

@@ -9,7 +9,7 @@ __all__ = ['DTYPES', 'DECAYS', 'CHECKPOINT_FORMAT', 'EXIT_REQUEUE', 'PROBE_FIELD
            'schedule_of', 'config_parser', 'load_config_file', 'parse_config', 'TaskData', 'task_of', 'seq_len_of',
            'tokenizer_for', 'prepare_data', 'prepare_model', 'split_batch', 'lr_factor', 'save_checkpoint',
            'verify_checkpoint', 'latest_checkpoint', 'load_checkpoint', 'StopFlag', 'ResourceProbe', 'evaluate_model',
-           'TrainResult', 'MetricsLog', 'train_rank', 'train', 'main']
+           'TrainResult', 'MetricsLog', 'train_rank', 'provenance', 'train', 'main', 'RunLog', 'read_run']
 
 # %% ../nbs/07_train.ipynb #c56a97f6
 import argparse, dataclasses, hashlib, io, json, math, os, signal, sys, time, typing, warnings
@@ -470,13 +470,23 @@ def _profile(cfg, pm, td, rt):
     x, y = split_batch(D.global_batch(td.train, 0, cfg.micro_batch_size, cfg.seed))
     return profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2)
 
-# %% ../nbs/07_train.ipynb #7716441a
+# %% ../nbs/07_train.ipynb #75beecc5
+def provenance(device=None) -> dict:
+    "Host, device, library versions, the command line and the date (UTC) of this process."
+    import platform
+    from datetime import datetime, timezone
+    dev = torch.device(device or 'cpu')
+    name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
+    return dict(host=platform.node(), device=name, python=platform.python_version(), torch=torch.__version__,
+                command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
+
+# %% ../nbs/07_train.ipynb #e3dc2318
 def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
     "The run's summary (written beside the metrics), and the last step's measured timeline beside its prediction as HTML."
     steady = times[1:] or times
     out = dict(event='summary', steps=len(times), training_time_s=total, mean_step_s=sum(steady) / len(steady),
                samples_per_s=cfg.global_batch_size * len(steady) / sum(steady), final_loss=losses[-1][1] if losses else None,
-               **{f'final_{k}': v for k, v in ev.items()}, config=dataclasses.asdict(cfg))
+               **{f'final_{k}': v for k, v in ev.items()}, config=dataclasses.asdict(cfg), **provenance(rt.device))
     log.write(**out)
     if log.path is not None and rt.timeline is not None:
         from chimera_nb.simulate import simulate, Costs
@@ -522,3 +532,27 @@ def main(argv=None) -> int:
     return 0
 
 if __name__ == '__main__' and sys.argv[0].endswith(os.path.join('chimera_nb', 'train.py')): sys.exit(main())
+
+# %% ../nbs/07_train.ipynb #f3e4fb03
+class RunLog(typing.NamedTuple):
+    "A training run's metrics file, as tables."
+    steps: 'pd.DataFrame'     # one row per step: loss, lr, grad_norm, step_time, samples_per_s, bubble, per-rank memory, ...
+    evals: 'pd.DataFrame'     # one row per evaluation
+    summary: dict             # the summary record ({} while the run is going)
+    config: TrainConfig|None  # the configuration (from the summary)
+
+def read_run(metrics) -> RunLog:
+    "The run whose metrics (JSON lines) are at `metrics`."
+    import pandas as pd
+    path = Path(metrics)
+    if not path.is_file(): raise ValueError(f"no metrics file at {str(path)!r}: pass the --metrics path of a run")
+    recs, lines = [], path.read_text().splitlines()
+    for i, line in enumerate(lines):
+        try: recs.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i < len(lines) - 1: raise ValueError(f"{path}: line {i + 1} is not JSON") from e
+    steps = pd.DataFrame([r for r in recs if 'event' not in r])
+    if len(steps): steps = steps.drop_duplicates('step', keep='last').sort_values('step').reset_index(drop=True)
+    summary = next((r for r in reversed(recs) if r.get('event') == 'summary'), {})
+    cfg = TrainConfig(**summary['config']) if 'config' in summary else None
+    return RunLog(steps, pd.DataFrame([r for r in recs if r.get('event') == 'eval']), summary, cfg)
