@@ -166,8 +166,10 @@ def test_emulated_timeline_close_to_simulation():
     c = Costs(forward=0.01, backward=0.01)
     tl = launch_local(emulate_schedule, 4, s, c, steps=2)[0]
     assert tl.source == 'emulated' and len([e for e in tl.events if e.kind in 'FB']) == len(s)
+    assert all(e.end - e.start >= 0.0095 for e in tl.events if e.kind in 'FB')  # every action slept its modelled time
+    # timing bound loose enough for a loaded 2-core machine (speed is bench_runtime's job); a serialised run would be ~3x
     ratio = tl.compute_makespan / simulate(s, c).compute_makespan
-    assert 0.98 < ratio < 1.3, ratio
+    assert 0.98 < ratio < 2.0, ratio
 
 
 def test_spawn_start_method():
