@@ -109,6 +109,7 @@ def test_the_command(tmp_path):
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow  # nbs/21_exp_bert runs the same fine-tuning (2 workers) in the suite; this is its 4-worker form
 def test_pretrained_minilm_fine_tuned_on_reuters_with_chimera():
     "The real pretrained MiniLM BERT, fine-tuned on R8 with Chimera on 4 processes: well above the majority class."
     import numpy as np
