@@ -308,7 +308,7 @@ def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered
     if todo: raise sim.deadlock()
     return Timeline.from_schedule(schedule.schedule, sim.events, sync=schedule.sync)
 
-# %% ../nbs/01_simulate.ipynb #87ffef67
+# %% ../nbs/01_simulate.ipynb #fee1e3d4
 def closed_form(name:str, # schedule name
                 stages:int, # D
                 microbatches:int, # N (nominal: backward halving's half micro-batches count as halves)
@@ -334,7 +334,15 @@ def closed_form(name:str, # schedule name
     if name not in forms: raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(forms)}")
     out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | forms[name]()
     out['act_min'], out['act_max'] = out.pop('act')
+    out['note'] = _flag_assumption(out['note'], F, Bf)
     return out
+
+def _flag_assumption(note:str, F, Bf) -> str:
+    "The note, flagged when these uniform costs break the form's assumption (F = B' or B' = 2F)."
+    holds = {"F = B'": lambda: math.isclose(F, Bf), "B' = 2F": lambda: math.isclose(Bf, 2 * F)}
+    for k, ok in holds.items():
+        if note.startswith(k) and F is not None and Bf is not None and not ok(): return note + ': not met by these costs'
+    return note
 
 def _chimera_form(D, N, f, concat, F):
     if concat == 'direct':
