@@ -44,6 +44,7 @@ check: install
 bench: install
 	$(PY) bench/bench_schedules.py
 	$(PY) bench/bench_runtime.py
+	$(PY) bench/bench_train.py
 
 # README.md is the executed index notebook (nbdev-readme needs Quarto, which this offline machine lacks)
 readme: install
