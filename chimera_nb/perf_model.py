@@ -96,7 +96,9 @@ class Profile:
         for l in self.layers:
             if min(l.forward_s, l.backward_s, l.saved_bytes, l.param_bytes) < 0: raise ValueError(f"layer {l.name} has negative costs: {l}")
 
-# %% ../nbs/08_perf_model.ipynb #8674d2a9
+# %% ../nbs/08_perf_model.ipynb #b158f8a1
+import functools
+@functools.cache
 def _versions() -> dict:
     import torch, sys
     from importlib.metadata import version
@@ -104,7 +106,7 @@ def _versions() -> dict:
     for p in ('chimera_nb', 'transformers'):
         try: out[p] = version(p)
         except Exception: pass
-    return out
+    return dict(out)
 
 # %% ../nbs/08_perf_model.ipynb #251c7327
 from fastcore.basics import patch
@@ -161,7 +163,7 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
                       peak_bytes=int((l.peak_bytes - l.param_bytes) * k) + l.param_bytes) for l in self.layers]
     return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=lay)
 
-# %% ../nbs/08_perf_model.ipynb #d64e07f2
+# %% ../nbs/08_perf_model.ipynb #5acd5aa1
 def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
     "One stage's profile from its layers' (workspace: the largest of its layers')."
     work = max(max(0, l.peak_bytes - l.saved_bytes - l.param_bytes) for l in layers)
@@ -172,6 +174,7 @@ def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
 @patch
 def boundaries(self:Profile, stages:int) -> list:
     "The time-balanced split into `stages` contiguous stages (partition.balance)."
+    if not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be a positive integer, got {stages!r}")
     if stages > len(self.layers):
         raise ValueError(f"{stages} stages need at least {stages} layers; {self.model} has {len(self.layers)}: use fewer stages")
     return balance([l.forward_s + l.backward_s for l in self.layers], stages)
@@ -179,8 +182,11 @@ def boundaries(self:Profile, stages:int) -> list:
 @patch
 def stage_profiles(self:Profile, stages:int) -> list:
     "One `LayerProfile` per stage of the time-balanced split."
-    b = self.boundaries(stages)
-    return [_stage_profile(self.layers[x:y]) for x, y in zip(b, b[1:])]
+    cache = self.__dict__.setdefault('_stages', {})  # searches ask for the same split often
+    if stages not in cache:
+        b = self.boundaries(stages)
+        cache[stages] = [_stage_profile(self.layers[x:y]) for x, y in zip(b, b[1:])]
+    return cache[stages]
 
 # %% ../nbs/08_perf_model.ipynb #b2931a8b
 _DTYPE_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2, 'float64': 8}
@@ -195,7 +201,7 @@ def _transformer_dims(model:str) -> tuple:
         return 'bert', c['hidden_size'], c['num_hidden_layers'], c['num_attention_heads'], c['intermediate_size'], c['vocab_size'], c['max_position_embeddings'], p.seq_len
     return 'gpt2', c['n_embd'], c['n_layer'], c['n_head'], 4 * c['n_embd'], c['vocab_size'], c['n_positions'], p.seq_len
 
-# %% ../nbs/08_perf_model.ipynb #361678b2
+# %% ../nbs/08_perf_model.ipynb #eb0d476a
 def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                      hardware:Hardware, # the device and links (HARDWARE[...])
                      micro_batch_size:int=1,
@@ -219,7 +225,7 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                  tok * (V + 2 * h) * 4, 2 * tok * V * 4)
     return Profile(model, B, s, dt, [embed] + [block._replace(name=f'block{i}') for i in range(L)] + [head],
                    hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
-                   source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=_versions(),
+                   source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(_versions()),
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08_perf_model.ipynb #3b71ab4c
@@ -278,7 +284,7 @@ def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
     r = world
     return CommProfile(lat, 1 / inv_bw, a / (2 * math.log2(r)), b / (2 * (r - 1) / r), 'nccl' if device != 'cpu' else 'gloo', world)
 
-# %% ../nbs/08_perf_model.ipynb #dfe8f5d4
+# %% ../nbs/08_perf_model.ipynb #a72dbd30
 def profile_layers_as(model:str, # the name the profile carries (checked by `Profile.check`)
                       layers:Sequence, # nn.Modules in order
                       sample, # the first layer's input for one micro-batch
@@ -296,7 +302,7 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
     dt = str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
     return Profile(model, micro_batch_size, seq_len, dt, lay, c.p2p_latency, c.p2p_bandwidth, c.ar_alpha, c.ar_beta,
                    device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured',
-                   versions=_versions(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
+                   versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08_perf_model.ipynb #3273a3af
 def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
@@ -328,7 +334,7 @@ def critical_path(tl:Timeline) -> list:
         e = min(cands, key=lambda c: c.rank != path[-1].rank)  # the own rank's previous action first
     return path[::-1]
 
-# %% ../nbs/08_perf_model.ipynb #ffd724bb
+# %% ../nbs/08_perf_model.ipynb #9b4112d3
 class ShapeInfo(NamedTuple):
     "What depends only on a schedule's shape: its critical path and per-rank work in (F, B_t) units, and all-reduce start times."
     schedule: Schedule
@@ -339,6 +345,7 @@ class ShapeInfo(NamedTuple):
     span: float             # the compute makespan at F = 1, B_t = ratio
     reduce_starts: list     # (stage, start at F = 1) of each all-reduce, when the last replica issued it
     compute_end: list       # per rank, its last compute's end at F = 1
+    timeline: Timeline      # the simulated order (memory estimates read it)
 
 # %% ../nbs/08_perf_model.ipynb #43559eb8
 def _unit_costs(s:Schedule, ratio:float) -> Costs:
@@ -353,7 +360,7 @@ def _count(tl_events, s:Schedule) -> tuple:
     b = sum(k * (0.5 if s.split_backward else 1.0) for e in tl_events if e.kind in ('B', 'W'))
     return f, b
 
-# %% ../nbs/08_perf_model.ipynb #1fd9becb
+# %% ../nbs/08_perf_model.ipynb #68a11b6d
 _SHAPES = {}
 
 def shape_info(s:Schedule, # a schedule (its recompute flag counts)
@@ -369,7 +376,7 @@ def shape_info(s:Schedule, # a schedule (its recompute flag counts)
     work = [_count(tl.rank_events(r), s) for r in range(s.num_ranks)]
     ar = sorted({(e.stage, e.start) for e in tl.events if e.kind == 'AR'}, key=lambda x: x[1])
     ends = [max((e.end for e in tl.rank_events(r)), default=0.0) for r in range(s.num_ranks)]
-    info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends)
+    info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends, tl)
     if len(_SHAPES) > 20000: _SHAPES.clear()
     _SHAPES[key] = info
     return info
@@ -447,7 +454,7 @@ def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
         raise ValueError(f"{label(s)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
                          f"{len(profile.layers)} layers: use fewer stages")
 
-# %% ../nbs/08_perf_model.ipynb #5690126d
+# %% ../nbs/08_perf_model.ipynb #69d7131f
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
     sp = profile.stage_profiles(s.num_stages)
@@ -457,11 +464,18 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
     return sp, ar, c
 
-def _memory(s:Schedule, sp, optimizer:str) -> list:
-    "Bytes per rank from the partitioner's estimate."
-    return [float(x) for x in memory_estimate(s, sp, optimizer)['total']]
+_MEM = {}
+def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
+    "Bytes per rank from the partitioner's estimate, on the order of timeline `tl` (cached per schedule and stage bytes)."
+    key = (id(s), optimizer, tuple((p.param_bytes, p.saved_bytes, p.in_bytes, p.out_bytes, p.peak_bytes) for p in sp))
+    hit = _MEM.get(key)
+    if hit is not None and hit[0] is s: return hit[1]
+    if len(_MEM) > 50000: _MEM.clear()
+    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, timeline=tl, as_frame=False)]
+    _MEM[key] = (s, out)
+    return out
 
-# %% ../nbs/08_perf_model.ipynb #f7f09593
+# %% ../nbs/08_perf_model.ipynb #b7f28409
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
             dp:int=1, # W: data-parallel replicas of the pipeline
@@ -477,13 +491,13 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
     fn = _analytic if method == 'analytic' else _simulated
-    t, bubble, bd, cf, cb = fn(s, sp, ar, c, dp, sync)
-    mem = _memory(s, sp, optimizer) if memory else [0.0] * s.num_ranks
+    t, bubble, bd, cf, cb, tl = fn(s, sp, ar, c, dp, sync)
+    mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, cf, cb)
 
-# %% ../nbs/08_perf_model.ipynb #6dcb3e32
+# %% ../nbs/08_perf_model.ipynb #b357ff8e
 def _analytic(s, sp, ar, c, dp, sync):
     "Eq. (1) with the shape's C_f, C_b; B_t = the slowest stage's backward (with its recomputed forward)."
     k = s.stage_fraction  # the profile's stages are already the schedule's: times of one of D equal stages
@@ -495,9 +509,9 @@ def _analytic(s, sp, ar, c, dp, sync):
     u = unoverlapped(info, scale, ar)
     busy = statistics.fmean(f * F + b * Bt for f, b in info.work)
     bd = Breakdown(busy, c * (info.cf + info.cb), comp - busy - c * (info.cf + info.cb), u)
-    return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb
+    return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb, info.timeline
 
-# %% ../nbs/08_perf_model.ipynb #44da6720
+# %% ../nbs/08_perf_model.ipynb #f310bcf7
 def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     "The simulator's costs: every stage's own times (backward includes W: the profile does not split them)."
     f = [p.forward_s for p in sp]
@@ -515,7 +529,7 @@ def _simulated(s, sp, ar, c, dp, sync):
     bare_span = bare.makespan if bare else no_ar
     busy = statistics.fmean(full.busy(r) for r in range(s.num_ranks))
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
-    return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan')
+    return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
 
 # %% ../nbs/08_perf_model.ipynb #8b228927
 def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
