@@ -208,7 +208,7 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
     b = balance(costs, stages)
     return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, by, costs)
 
-# %% ../nbs/03_partition.ipynb #8d6e8ca8
+# %% ../nbs/03_partition.ipynb #33fa816b
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps
 
 def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro-batch size count)
@@ -241,7 +241,7 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
         rows.append(dict(rank=r, stages=mine, weights=w, grads=w, optimizer=OPTIMIZER_STATES[optimizer] * w,
                          activations=acts, workspace=work, messages=sent + recv))
     if not as_frame:
-        for r in rows: r['total'] = sum(r[k] for k in MEMORY_PARTS)
+        for r in rows: r['total'] = sum(r[k] for k in ('weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages'))
         return rows
     df = pd.DataFrame(rows)
     df['total'] = df[['weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages']].sum(axis=1)
