@@ -7,7 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 # %% auto #0
 __all__ = ['HARDWARE', 'Hardware', 'Profile', 'estimate_profile', 'CommProfile', 'measure_comm', 'profile_layers_as',
            'profile_model', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped', 'Breakdown',
-           'Prediction', 'label', 'predict', 'plot_breakdown']
+           'Prediction', 'label', 'predict', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #136dca1f
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -67,7 +67,7 @@ def _positive(v, what:str, zero:bool=False) -> float:
         raise ValueError(f"{what} must be a finite number {'>= 0' if zero else '> 0'}, got {v}")
     return v
 
-# %% ../nbs/08_perf_model.ipynb #ed5c79f6
+# %% ../nbs/08_perf_model.ipynb #95565f5c
 @dataclass
 class Profile:
     "Per-layer costs of `model` at one micro-batch size, and the links, on one device."
@@ -83,6 +83,7 @@ class Profile:
     device: str = ''
     source: str = 'measured'    # 'measured' or 'estimated:<hardware>'
     memory_bytes: float = math.inf   # device memory
+    comm_overlaps: bool = True  # all-reduces overlap compute (False: gloo on CPU cores that compute, so they add up)
     versions: dict = field(default_factory=dict)
     date: str = ''
 
@@ -267,7 +268,7 @@ def _comm_bench(rank, world, sizes, repeats, device):
         ar.append(statistics.median(ts))
     return pp, ar
 
-# %% ../nbs/08_perf_model.ipynb #4a78ce2c
+# %% ../nbs/08_perf_model.ipynb #751fa286
 def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
                  sizes:Sequence[int]=(4096, 65536, 1 << 20, 4 << 20), # message bytes
                  repeats:int=5,
@@ -277,14 +278,17 @@ def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
     from chimera_nb.launch import launch_local
     if not isinstance(world, int) or world < 2: raise ValueError(f"measuring links needs world >= 2 processes, got {world!r}")
     if len(set(sizes)) < 2 or min(sizes) < 4: raise ValueError(f"give at least two distinct message sizes >= 4 bytes, got {sizes}")
-    res = launch_local(_comm_bench, world, list(sizes), repeats, device, timeout=300)
+    sizes = list(sizes)
+    res = launch_local(_comm_bench, world, sizes, repeats, device, timeout=300)
     pp, ar = res[0]  # rank 0 timed the round trips and its all-reduces
-    lat, inv_bw = _fit(sizes, pp)
-    a, b = _fit(sizes, ar)
+    _, inv_bw = _fit(sizes, pp)
+    _, b = _fit(sizes, ar)
+    i = min(range(len(sizes)), key=sizes.__getitem__)  # latencies from the smallest message: the fit's intercept is noisy
+    lat, a = max(pp[i] - sizes[i] * inv_bw, 0.0), max(ar[i] - sizes[i] * b, 0.0)
     r = world
     return CommProfile(lat, 1 / inv_bw, a / (2 * math.log2(r)), b / (2 * (r - 1) / r), 'nccl' if device != 'cpu' else 'gloo', world)
 
-# %% ../nbs/08_perf_model.ipynb #a72dbd30
+# %% ../nbs/08_perf_model.ipynb #2fe01784
 def profile_layers_as(model:str, # the name the profile carries (checked by `Profile.check`)
                       layers:Sequence, # nn.Modules in order
                       sample, # the first layer's input for one micro-batch
@@ -301,7 +305,7 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
     c = comm or CommProfile(0.0, math.inf, 0.0, 0.0, 'none', 1)
     dt = str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
     return Profile(model, micro_batch_size, seq_len, dt, lay, c.p2p_latency, c.p2p_bandwidth, c.ar_alpha, c.ar_beta,
-                   device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured',
+                   device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured', comm_overlaps=dev.type == 'cuda',
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08_perf_model.ipynb #3273a3af
@@ -475,7 +479,7 @@ def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
     _MEM[key] = (s, out)
     return out
 
-# %% ../nbs/08_perf_model.ipynb #b7f28409
+# %% ../nbs/08_perf_model.ipynb #6b0d4c75
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
             dp:int=1, # W: data-parallel replicas of the pipeline
@@ -491,7 +495,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
     fn = _analytic if method == 'analytic' else _simulated
-    t, bubble, bd, cf, cb, tl = fn(s, sp, ar, c, dp, sync)
+    t, bubble, bd, cf, cb, tl = fn(s, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')
     mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
@@ -530,6 +534,31 @@ def _simulated(s, sp, ar, c, dp, sync):
     busy = statistics.fmean(full.busy(r) for r in range(s.num_ranks))
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
     return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
+
+# %% ../nbs/08_perf_model.ipynb #0fc55147
+def calibrate(profile:Profile, # the profile the traced run was predicted with (bytes and links are kept)
+              timeline:Timeline, # a measured (or emulated) step
+              schedule:Schedule, # what that step ran
+              dp:int=1, sync:str='eager',
+              target:float|None=None, # the step's measured seconds (default: the timeline's makespan)
+             ) -> Profile:
+    "A profile with the stages' measured times and a per-action overhead fitted so that the simulator reproduces `timeline`."
+    if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
+    S, k = schedule.num_stages, schedule.microbatch_scale  # event times are of (possibly half) micro-batches
+    sp = profile.stage_profiles(S)
+    med = lambda kinds, s: statistics.median([e.end - e.start for e in timeline.events if e.kind in kinds and e.stage == s] or [0.0])
+    lay = [p._replace(name=f'stage{s}', forward_s=med(('F',), s) / k,
+                      backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
+           for s, p in enumerate(sp)]
+    cal = dataclasses.replace(profile, layers=lay, source=profile.source + '+calibrated')
+    target = timeline.makespan if target is None else _positive(target, 'target')
+    span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
+    lo, hi = 0.0, max(target, 1e-9)
+    if span(0.0) >= target: return cal
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if span(mid) < target else (lo, mid)
+    return dataclasses.replace(cal, p2p_latency=profile.p2p_latency + (lo + hi) / 2)
 
 # %% ../nbs/08_perf_model.ipynb #8b228927
 def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
