@@ -7,9 +7,11 @@
 2. Emulated compute, D = 4 and 8 ranks: the runtime sleeps each action's modelled time (F = 2 ms + 1.5 ms per example,
    B = 2F), real messages over gloo; the same schedules and splits.
 
-Predicted = perf_model.predict(..., method='simulate') (the lowered program with the profiled per-stage costs) and
-Eq. (1) ('analytic'); measured = median step time after warm-up, barrier to barrier. The autotuner ranks the same
-candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
+Predicted = perf_model.predict(..., method='simulate') (the lowered program with per-stage costs) and Eq. (1)
+('analytic'), from the isolated profile ("uncalibrated") and after perf_model.calibrate on ONE traced run per group
+(1F1B at the middle B: per-stage time factors and a per-action overhead); the error is averaged over the other runs.
+Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
+the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
 Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py     (about 3-5 minutes on 2 cores)
 """
