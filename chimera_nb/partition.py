@@ -208,13 +208,15 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
     b = balance(costs, stages)
     return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, by, costs)
 
-# %% ../nbs/03_partition.ipynb #56df67e0
+# %% ../nbs/03_partition.ipynb #33fa816b
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps
 
 def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro-batch size count)
                     stage_profiles:Sequence[LayerProfile], # one per stage: `profile_layers(stages, sample)` for one micro-batch
                     optimizer:str='adamw', # 'sgd', 'momentum', 'adam' or 'adamw'
                     lookahead:int=8, # receives the runtime posts ahead
+                    timeline=None, # the schedule's simulated order if at hand (the autotuner has one per shape)
+                    as_frame:bool=True, # False: a list of dicts (faster, for searches)
                    ):
     "Per-rank memory (bytes) of `schedule` over stages with these profiles: a pandas DataFrame, one row per rank."
     import pandas as pd
@@ -223,7 +225,7 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
         raise ValueError(f"{len(stage_profiles)} stage profiles for a schedule of {schedule.num_stages} stages: profile the stages, not the layers")
     P = list(stage_profiles)
     unit = lambda xs: [max(x, 1e-9) for x in xs]  # the order of events, with measured times (zero times are fine too)
-    tl = simulate(schedule, Costs(unit([p.forward_s for p in P]), unit([p.backward_s for p in P])))
+    tl = timeline if timeline is not None else simulate(schedule, Costs(unit([p.forward_s for p in P]), unit([p.backward_s for p in P])))
     k, rows = schedule.microbatch_scale, []
     for r in range(schedule.num_ranks):
         mine = schedule.stages_of(r)
@@ -238,6 +240,9 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
         work = max(max(0, P[s].peak_bytes - P[s].saved_bytes - P[s].param_bytes) for s in mine) * k
         rows.append(dict(rank=r, stages=mine, weights=w, grads=w, optimizer=OPTIMIZER_STATES[optimizer] * w,
                          activations=acts, workspace=work, messages=sent + recv))
+    if not as_frame:
+        for r in rows: r['total'] = sum(r[k] for k in ('weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages'))
+        return rows
     df = pd.DataFrame(rows)
     df['total'] = df[['weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages']].sum(axis=1)
     return df

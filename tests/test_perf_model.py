@@ -1,0 +1,73 @@
+"""Performance model against real processes: profiles saved and loaded, links measured, predictions of emulated
+pipeline runs (real gloo processes, real messages) after calibrating on one of them, the autotuner's hand-off to training."""
+import json, math, statistics, time
+import pytest
+import torch.distributed as dist
+from hypothesis import given, settings, strategies as st
+from chimera_nb.autotune import autotune, TuneConfig
+from chimera_nb.launch import launch_local
+from chimera_nb.partition import LayerProfile
+from chimera_nb.perf_model import HARDWARE, Profile, calibrate, estimate_profile, predict
+from chimera_nb.runtime import PipelineRuntime
+from chimera_nb.simulate import Costs
+from chimera_nb.train import TrainConfig
+
+
+def test_profile_file_roundtrip_and_model_check(tmp_path):
+    p = estimate_profile('gpt2-64', HARDWARE['b200'], 2)
+    p.save(tmp_path / 'p.json')
+    q = Profile.load(tmp_path / 'p.json', model='gpt2-64')
+    assert q == p and q.device == 'b200' and q.versions['torch'] and q.date
+    with pytest.raises(ValueError, match="this profile is of 'gpt2-64', not 'bert-48'"):
+        Profile.load(tmp_path / 'p.json', model='bert-48')
+    (tmp_path / 'bad.json').write_text('[1, 2')
+    with pytest.raises(ValueError, match='not JSON'):
+        Profile.load(tmp_path / 'bad.json')
+
+
+_layer = st.fixed_dictionaries({k: st.one_of(st.integers(-5, 10**9), st.floats(allow_nan=True), st.text(max_size=3), st.none())
+                                for k in LayerProfile._fields})
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(['model', 'micro_batch_size', 'seq_len', 'dtype', 'layers', 'p2p_latency', 'p2p_bandwidth',
+                                        'ar_alpha', 'ar_beta', 'junk']),
+                       st.one_of(st.integers(-3, 100), st.floats(allow_nan=True), st.text(max_size=5), st.none(),
+                                 st.lists(_layer, max_size=2))))
+def test_from_json_fuzz(d):
+    "Any JSON object is a profile or a ValueError/TypeError, never another exception."
+    try: p = Profile.from_json(json.dumps(d))
+    except (ValueError, TypeError): return
+    assert p.micro_batch_size >= 1 and p.layers
+
+
+def _emulated(rank, world, plan):
+    "Every schedule steps in turn (background load hits all alike); median step seconds and the last traced timeline."
+    rts = [PipelineRuntime(TuneConfig(name, 1, world, 1, N).make(), None, emulate=costs, shapes=(4, 64), trace=trace)
+           for name, N, costs, trace in plan]
+    ts = [[] for _ in rts]
+    for i in range(6):
+        for k, rt in enumerate(rts):
+            dist.barrier(); t = time.perf_counter(); rt.step(); dist.barrier()
+            if i: ts[k].append(time.perf_counter() - t)
+    return [(statistics.median(x), rt.timeline) for x, rt in zip(ts, rts)]
+
+
+def test_calibrated_predictions_of_emulated_runs():
+    "Four real processes run three schedules with emulated compute; calibrated on 1F1B, the others are predicted within 25%\n    (2 shared cores: bench/bench_perf_model.py measures the error properly)."
+    f = [0.006, 0.008, 0.006, 0.007]
+    costs = Costs(f, [2 * x for x in f])
+    prof = Profile('emulated', 1, 0, 'float32', [LayerProfile(f's{i}', 0, 0, x, 2 * x, 0, 1024, 1024, 0) for i, x in enumerate(f)])
+    plan = [('1f1b', 8, costs, True), ('gpipe', 8, costs, False), ('chimera', 8, costs, False)]
+    res = launch_local(_emulated, 4, plan, timeout=300)[0]
+    (m0, tl), rest = res[0], res[1:]
+    cal = calibrate(prof, tl, TuneConfig('1f1b', 1, 4, 1, 8).make(), target=m0)
+    assert all(abs(l.forward_s / x - 1) < 0.3 for l, x in zip(cal.layers, f))  # the sleeps, measured
+    for (name, N, _, _), (m, _) in zip(plan[1:], rest):
+        pred = predict(cal, TuneConfig(name, 1, 4, 1, N).make(), method='simulate', memory=False).iteration_s
+        assert abs(pred / m - 1) < 0.25, (name, pred, m)
+
+
+def test_autotuner_hands_a_runnable_train_config():
+    tu = autotune(8, 64, model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[2, 4], schedules=['chimera', '1f1b'])
+    cfg = tu.best.to_train_config('bert-48', steps=1)
+    assert isinstance(cfg, TrainConfig) and cfg.world_size == 8 and cfg.global_batch_size == 64
