@@ -206,7 +206,7 @@ def raster_traces(tl:Timeline, t0:float|None=None, columns:int=RASTER_COLUMNS) -
                        meta=dict(role='legend', kind=k, pipe=p), **_legend(k, p, pipes)) for p, k in cats]
     return [heat] + keys
 
-# %% ../nbs/02_viz.ipynb #00ffc47a
+# %% ../nbs/02_viz.ipynb #30a3e954
 def _time_title(tl:Timeline) -> str:
     return 'time (s)' if tl.source in ('measured', 'emulated') else 'time (units of the costs)'
 
@@ -235,7 +235,7 @@ def _legend_height(traces) -> int:
     "Pixels the vertical legend needs: an item per shown trace, a title per group, gaps."
     shown = [t for t in traces if t.showlegend is not False]
     groups = {t.legendgroup for t in shown if t.legendgrouptitle and t.legendgrouptitle.text}
-    return 90 + 20 * len(shown) + 24 * len(groups)
+    return 140 + 22 * len(shown) + 28 * len(groups)
 
 # %% ../nbs/02_viz.ipynb #e94d88e5
 def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to LABEL_LIMIT bars (each only where it fits)
@@ -549,12 +549,11 @@ def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|N
     return (f"Simulated bubble {tl.bubble_ratio:.1%} vs closed form {cf['bubble']:.1%} "
             f"({tl.bubble_ratio - cf['bubble']:+.1%}): " + '; '.join(why) + '.')
 
-# %% ../nbs/02_viz.ipynb #f9330fe9
+# %% ../nbs/02_viz.ipynb #cd7b02f7
 import anywidget, traitlets
 
 _PROBE_JS = """
-function render({ model, el }) {
-  el.style.display = 'none';
+function initialize({ model }) {
   const read = () => {
     const v = document.body.dataset.jpThemeLight;
     const theme = v === undefined ? '' : (v === 'false' ? 'dark' : 'light');
@@ -563,15 +562,18 @@ function render({ model, el }) {
   read();
   const obs = new MutationObserver(read);
   obs.observe(document.body, { attributes: true, attributeFilter: ['data-jp-theme-light'] });
+  let latest = 0;
   const onMsg = (msg) => {
     if (!msg || msg.type !== 'watch') return;
-    const t0 = performance.now(), root = el.closest('.chimera-explorer') || document;
-    const drawn = () => Array.from(root.querySelectorAll('.js-plotly-plot')).filter(
-      p => p._fullLayout && p.layout && p.layout.meta && p.layout.meta.redraw === msg.seq).length >= msg.plots;
+    const t0 = performance.now(), seq = msg.seq;
+    latest = seq;
+    const drawn = () => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout && p.layout
+      && p.layout.meta && p.layout.meta.explorer === msg.id && p.layout.meta.redraw === seq).length >= msg.plots;
     const tick = () => {
+      if (seq !== latest) return;   // a newer redraw took over
       if (drawn()) requestAnimationFrame(() => requestAnimationFrame(() =>
-        model.send({ type: 'rendered', seq: msg.seq, browser_ms: performance.now() - t0 })));
-      else if (performance.now() - t0 > 600000) model.send({ type: 'rendered', seq: msg.seq, timeout: true });
+        model.send({ type: 'rendered', seq: seq, browser_ms: performance.now() - t0 })));
+      else if (performance.now() - t0 > 600000) model.send({ type: 'rendered', seq: seq, timeout: true });
       else setTimeout(tick, 20);
     };
     tick();
@@ -579,7 +581,8 @@ function render({ model, el }) {
   model.on('msg:custom', onMsg);
   return () => { obs.disconnect(); model.off('msg:custom', onMsg); };
 }
-export default { render };
+function render({ el }) { el.style.display = 'none'; }
+export default { initialize, render };
 """
 
 class PageProbe(anywidget.AnyWidget):
@@ -607,7 +610,7 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     resolve_theme(theme)
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
-# %% ../nbs/02_viz.ipynb #d8ff0c0c
+# %% ../nbs/02_viz.ipynb #535da3d9
 class Explorer(W.VBox):
     "Schedule explorer: controls, a message line, metrics, timeline + memory figures, a bubble note and save buttons."
     def __init__(self, schedule:str='chimera', D:int=4, N:int=8, memory:bool=True, width:int|None=None,
@@ -642,9 +645,10 @@ class Explorer(W.VBox):
         self.redraws, self._t_start, self._busy = 0, 0.0, False
         self.controls = [self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.forward,
                          self.backward, self.weight, self.p2p, self.allreduce, self.theme]
-        self._rows = [W.HBox([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.theme]),
-                      W.HBox([self.preset, self.forward, self.backward, self.weight, self.p2p, self.allreduce]),
-                      W.HBox([self.folder] + self.saves + [self.saved]), self.message, self.metrics]
+        wrap = lambda ws: W.HBox(ws, layout=W.Layout(flex_flow='row wrap'))   # narrow notebooks: controls wrap, never clip
+        self._rows = [wrap([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.theme]),
+                      wrap([self.preset, self.forward, self.backward, self.weight, self.p2p, self.allreduce]),
+                      wrap([self.folder] + self.saves + [self.saved]), self.message, self.metrics]
         super().__init__()
         self.add_class('chimera-explorer')
         self.redraw()
@@ -679,7 +683,17 @@ class Explorer(W.VBox):
     def costs(self) -> Costs:
         return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
 
-# %% ../nbs/02_viz.ipynb #bfcde05d
+# %% ../nbs/02_viz.ipynb #1a74b434
+def _replace(fw:go.FigureWidget, fig:go.Figure):
+    "Redraw `fw` with the traces and layout of `fig`; layout properties `fig` lacks are reset, so none stay stale."
+    stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
+    if stale: fw.plotly_relayout({k: None for k in stale})   # while the old layout still has them
+    with fw.batch_update():
+        fw.data = []
+        fw.add_traces(list(fig.data))
+        fw.layout = fig.layout
+
+# %% ../nbs/02_viz.ipynb #88c8ef74
 @patch
 def _fail(self:Explorer, msg:str):
     self.error = msg
@@ -699,23 +713,25 @@ def redraw(self:Explorer):
         s = make_schedule(name, self.D.value, self.N.value, **self.options())
         tl = simulate(s, self.costs())
         self.redraws += 1
-        meta = dict(redraw=self.redraws)
-        fig = plot_timeline(tl, height=min(_height(tl.num_ranks), 760), theme=self.theme.value)
+        meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
+        fig = plot_timeline(tl, theme=self.theme.value)   # tall enough for its whole legend
         figs = [fig] + ([plot_memory(tl, height=340, theme=self.theme.value)] if self._memory else [])
         for f in figs: f.update_layout(width=self.width, meta=dict(f.layout.meta or {}, **meta))
     except Exception as e:   # ValueError for invalid combinations; never let a traceback reach the app
         return self._fail(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
     self.current, self.timeline, self.error, self.message.value = s, tl, None, ''
-    old = [w for w in (self.fig, self.memfig) if w is not None]
-    self.fig = go.FigureWidget(figs[0])
-    self.memfig = go.FigureWidget(figs[1]) if self._memory else None
+    if self.fig is None:
+        self.fig = go.FigureWidget(figs[0])
+        self.memfig = go.FigureWidget(figs[1]) if self._memory else None
+    else:
+        _replace(self.fig, figs[0])
+        if self._memory: _replace(self.memfig, figs[1])
     self.note.value = (f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>"
                        if (n := bubble_note(name, self.D.value, self.N.value, tl, self.costs(), self.options())) else '')
-    self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.probe]
-    for w in old: w.close()
+    if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
     self._status('drawing in the browser…')
-    self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs)))
+    self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
 
 # %% ../nbs/02_viz.ipynb #a798d7b4
 @patch
