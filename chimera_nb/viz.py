@@ -96,7 +96,7 @@ def _legend(kind:str, pipe:int, pipes:int, prefix:str='') -> dict:
     return dict(name=f"{kind} {KIND_NAMES[kind]}", legendgroup=f"{prefix}pipe{pipe}",
                 legendgrouptitle_text=f"{prefix}{pipe_name(pipe, pipes)}")
 
-# %% ../nbs/02_viz.ipynb #873897ad
+# %% ../nbs/02_viz.ipynb #8d50755d
 def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:str='solid', width:float=BAR_WIDTH,
                   scale:float=1.0, prefix:str='') -> list:
     "One horizontal `go.Bar` per (pipe, kind) of the compute events of `tl`: y = rank, base = start - `t0`, x = duration."
@@ -124,7 +124,8 @@ def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:
                     hovertemplate=_hover(kind, pipe_name(pipe, pipes), prefix),
                     meta=dict(role='action', kind=kind, pipe=pipe, style=style), **_legend(kind, pipe, pipes, prefix))
         if labels and style != 'outline':
-            tr.update(text=[f"{kind}{int(m)} s{e.stage}" for m, e in zip(glob, g)], textposition='inside',
+            sep = '<br>' if _num_ranks(tl) <= 8 else ' '   # tall bars: two short lines fit narrow bars
+            tr.update(text=[f"{kind}{int(m)}{sep}s{e.stage}" for m, e in zip(glob, g)], textposition='inside',
                       insidetextanchor='middle', textangle=0, constraintext='inside', cliponaxis=True,
                       insidetextfont=dict(size=10, color='#1a1a1a' if kind == 'F' else 'white'))
         traces.append(tr)

@@ -174,9 +174,11 @@ def _run_all(page, tries=5):
     raise AssertionError(f"Run All Cells did not start the cells: prompts {prompts.all_inner_texts()}")
 
 
-def _shot(page, tmp_path, name, full=True) -> Path:
+def _shot(page, tmp_path, name, full=True, element=None) -> Path:
+    "Screenshot the page (or one element, scrolled into view) into tmp_path (and $CHIMERA_BROWSER_OUT)."
     p = tmp_path / name
-    page.screenshot(path=str(p), full_page=full)
+    if element is not None: element.screenshot(path=str(p))
+    else: page.screenshot(path=str(p), full_page=full)
     if os.environ.get('CHIMERA_BROWSER_OUT'):
         out = Path(os.environ['CHIMERA_BROWSER_OUT']); out.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, out / name)
@@ -255,9 +257,10 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
                 assert mem['shapes'] == len(paper) and sorted(mem['paperText']) == sorted(paper), (name, mem)
                 assert tl_plot['bars'] == _expected_bars(name, 8, 16), (name, tl_plot)
                 seen.append((name, mem['shapes']))
-                if name == 'gpipe': _shot(page, tmp_path, '2-gpipe-D8-N16.png')
+                if name == 'gpipe':
+                    _shot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
             print('memory-plot shapes per schedule:', seen)
-            _shot(page, tmp_path, '3-after-switching.png')
+            _shot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
 
             # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
             _type(page, 'N (micro-batches)', 0)
@@ -288,6 +291,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             assert all(p['paper'] == 'rgb(17,17,17)' for p in ps), ps
             page.wait_for_timeout(500)
             dark = _shot(page, tmp_path, '5-dark.png', full=False)
+            _shot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
             r = _redraw_no(page)
             _settled(page, r)
 
