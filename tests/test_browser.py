@@ -296,10 +296,10 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             _settled(page, r)
 
             # the largest sizes the controls allow: D=64, N=512 draws summarised; the page stays responsive
-            _type(page, 'N (micro-batches)', 512)
-            _settled(page, r + 1); r += 1
+            _type(page, 'D (stages)', 64)           # N = 8 is no multiple of 64: a message, no redraw
+            page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=30_000)
             t = time.time()
-            _type(page, 'D (stages)', 64)
+            _type(page, 'N (micro-batches)', 512)
             tl_plot, mem = _settled(page, r + 1); r += 1
             timings['D=64, N=512 (page wait)'] = round((time.time() - t) * 1000)
             timings['D=64, N=512 (status)'] = _timing_ms(page)
