@@ -2,9 +2,12 @@
 
 Starts `jupyter lab` on a free localhost port with a token, in a temp root holding a notebook that displays
 `chimera_nb.viz.explorer()`; opens it in Debian's /usr/bin/chromium (no Playwright browser download: it fails
-offline), runs all cells, waits for the plotly bars, changes controls (D, the schedule, an invalid D) and checks
-the plot redraws, and saves screenshots. Every process it starts is stopped in the fixture teardown.
-Set CHIMERA_BROWSER_OUT=dir to also copy the screenshots there."""
+offline) in a 1280x800 window, runs all cells, waits for the plotly bars, then checks in the page: the legend's
+items all visible; schedules switched in sequence leave exactly their own closed-form lines (shapes) in the
+memory plot's DOM; N = 0 and odd D give messages; a save button writes its file; JupyterLab's dark theme turns
+the figures dark; D = 64, N = 512 draws (summarised) and the next control change still reaches Python and
+redraws within a measured bound. Each state is screenshotted into a folder the test prints (also copied to
+$CHIMERA_BROWSER_OUT when set). Every process it starts is stopped in the fixture teardown."""
 import json, os, shutil, signal, socket, subprocess, sys, time, secrets, urllib.request
 from pathlib import Path
 import pytest
@@ -60,7 +63,7 @@ def lab(tmp_path):
     log = open(tmp_path / 'jupyterlab.log', 'w')
     cmd = [sys.executable, '-m', 'jupyterlab', '--no-browser', '--allow-root', f'--port={port}', '--ip=127.0.0.1',
            f'--IdentityProvider.token={token}', f'--ServerApp.root_dir={root}', '--ServerApp.port_retries=0',
-           '--LabApp.news_url=', '--ServerApp.shutdown_no_activity_timeout=600']
+           '--LabApp.news_url=', '--ServerApp.shutdown_no_activity_timeout=600', '--LabApp.expose_app_in_browser=True']
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f'http://127.0.0.1:{port}'
     try:
@@ -97,21 +100,62 @@ def _plot_paths(page) -> int:
     return plot.locator('.barlayer path').count()
 
 
-def _wait_paths(page, predicate, timeout=60):
-    deadline, n = time.time() + timeout, -1
+def _wait(page, probe, predicate, timeout=60, what='the page'):
+    "Poll `probe(page)` until `predicate` holds; returns the value."
+    deadline, v = time.time() + timeout, None
     while time.time() < deadline:
-        n = _plot_paths(page)
-        if predicate(n): return n
-        page.wait_for_timeout(250)
-    raise AssertionError(f"plot did not reach the expected state; {n} bar paths")
+        try: v = probe(page)
+        except Exception as e: v = e   # the plot is being replaced
+        if not isinstance(v, Exception) and predicate(v): return v
+        page.wait_for_timeout(100)
+    raise AssertionError(f"{what} did not reach the expected state within {timeout} s; last {v!r}")
 
 
-def _expected_bars(name, D, N, **opts) -> int:
-    "Number of bars plot_timeline draws for this schedule: actions plus idle bubbles."
+def _wait_paths(page, predicate, timeout=60):
+    return _wait(page, _plot_paths, predicate, timeout, 'the timeline plot')
+
+
+PLOTS_JS = """() => Array.from(document.querySelectorAll('.chimera-explorer .js-plotly-plot')).map(gd => ({
+    redraw: gd.layout && gd.layout.meta ? gd.layout.meta.redraw : null,
+    theme: gd.layout && gd.layout.meta ? gd.layout.meta.theme : null,
+    paper: gd._fullLayout ? gd._fullLayout.paper_bgcolor : null,
+    shapes: gd.querySelectorAll('.shapelayer path').length,
+    paperText: Array.from(gd.querySelectorAll('.annotation-text')).map(a => a.textContent).filter(t => t.startsWith('paper')),
+    raster: gd.querySelectorAll('.heatmaplayer image').length,
+    bars: gd.querySelectorAll('.barlayer path').length}))"""
+
+
+def _plots(page) -> list: return page.evaluate(PLOTS_JS)
+
+
+def _timing_ms(page):
+    "The explorer's 'shown in' time (control change to painted figures, measured by its page probe), or None."
+    t = page.locator('.chimera-explorer .chimera-timing b[data-total-ms]')
+    return int(t.first.get_attribute('data-total-ms')) if t.count() else None
+
+
+def _settled(page, redraw):
+    "Wait until both plots show redraw number `redraw` and the status has its browser timing; the plots' state."
+    plots = _wait(page, _plots, lambda ps: len(ps) == 2 and all(p['redraw'] == redraw for p in ps), 120, f'redraw {redraw}')
+    _wait(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+    return plots
+
+
+LEGEND_JS = """() => { const gd = document.querySelector('.chimera-explorer .js-plotly-plot');
+  const svg = gd.querySelector('.main-svg').getBoundingClientRect();
+  const items = Array.from(gd.querySelectorAll('.legend .traces, .legend .groupheader')).map(t => {
+      const r = t.getBoundingClientRect(); return {text: t.textContent, l: r.left, r: r.right, t: r.top, b: r.bottom}; });
+  const sb = gd.querySelector('.legend .scrollbar');
+  return {svg: {l: svg.left, r: svg.right, t: svg.top, b: svg.bottom}, items,
+          scrollbar: sb ? sb.getBoundingClientRect().height : 0, width: window.innerWidth}; }"""
+
+
+def _expected_bars(name, D, N, costs=(1, 1, 1), **opts) -> int:
+    "Number of bars plot_timeline draws for this schedule under the explorer's default costs: actions plus idle bubbles."
     from chimera_nb.schedules import make_schedule
-    from chimera_nb.simulate import simulate
+    from chimera_nb.simulate import simulate, Costs
     from chimera_nb.viz import plot_timeline
-    fig = plot_timeline(simulate(make_schedule(name, D, N, **opts)))
+    fig = plot_timeline(simulate(make_schedule(name, D, N, **opts), Costs(*costs)))
     return sum(len(tr.x) for tr in fig.data)
 
 
@@ -130,57 +174,150 @@ def _run_all(page, tries=5):
     raise AssertionError(f"Run All Cells did not start the cells: prompts {prompts.all_inner_texts()}")
 
 
-def _shot(page, tmp_path, name) -> Path:
+def _shot(page, tmp_path, name, full=True, element=None) -> Path:
+    "Screenshot the page (or one element, scrolled into view) into tmp_path (and $CHIMERA_BROWSER_OUT)."
     p = tmp_path / name
-    page.screenshot(path=str(p), full_page=True)
+    if element is not None: element.screenshot(path=str(p))
+    else: page.screenshot(path=str(p), full_page=full)
     if os.environ.get('CHIMERA_BROWSER_OUT'):
         out = Path(os.environ['CHIMERA_BROWSER_OUT']); out.mkdir(parents=True, exist_ok=True)
         shutil.copy(p, out / name)
     return p
 
 
+def _type(page, label, value):
+    "Type `value` into the explorer's number box labelled `label` and press Enter."
+    box = page.locator('.chimera-explorer .widget-inline-hbox', has_text=label).locator('input').first
+    box.fill(str(value)); box.press('Enter')
+
+
+def _select(page, label, value):
+    page.locator('.chimera-explorer .widget-dropdown', has_text=label).locator('select').select_option(value)
+
+
+def _redraw_no(page) -> int:
+    ps = _plots(page)
+    return max((p['redraw'] or 0 for p in ps), default=0)
+
+
 def test_explorer_in_jupyterlab(lab, tmp_path):
     sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    timings = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page = browser.new_page(viewport={'width': 1500, 'height': 1100})
+            page = browser.new_page(viewport={'width': 1280, 'height': 800})
             page.set_default_timeout(60_000)
+            errors = []   # the page's own errors, shown when the test fails
+            page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
+            page.on('pageerror', lambda e: errors.append(str(e)))
             page.goto(f"{lab['base']}/lab/tree/explorer.ipynb?token={lab['token']}")
             page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
             # the kernel must be up before 'Run All' (status shown in the toolbar)
             page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
             _run_all(page)
 
-            # rendered: the timeline's SVG bars, one path per bar of the figure
+            # rendered: the timeline's SVG bars, one path per bar of the figure; the status has the browser's time
             page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
             first = _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
             assert first > 64   # 64 actions plus the idle bubbles
-            _shot(page, tmp_path, 'explorer-chimera-D4.png')
+            r = _redraw_no(page)
+            _settled(page, r)
+            timings['first draw (D=4, N=8)'] = _timing_ms(page)
 
-            # type a new D: the plot redraws in place with the bars of D=8
-            d_input = page.locator('.chimera-explorer .widget-inline-hbox', has_text='D (stages)').locator('input')
-            d_input.fill('8'); d_input.press('Enter')
+            # the legend: every item inside the figure and the 1280 px window, no scroll bar (with an all-reduce lane)
+            _type(page, 'all-reduce', 1.5)
+            _settled(page, r + 1); r += 1
+            leg = page.evaluate(LEGEND_JS)
+            texts = [i['text'] for i in leg['items']]
+            assert any('gradient all-reduce' in t for t in texts) and any('down' in t for t in texts), texts
+            assert leg['scrollbar'] == 0, leg
+            for i in leg['items']:
+                assert leg['svg']['l'] <= i['l'] and i['r'] <= min(leg['svg']['r'], leg['width']) + 0.5, (i, leg['svg'])
+                assert leg['svg']['t'] <= i['t'] and i['b'] <= leg['svg']['b'] + 0.5, (i, leg['svg'])
+            page.locator('.chimera-explorer .js-plotly-plot').first.scroll_into_view_if_needed()
+            _shot(page, tmp_path, '1-legend-1280x800.png', full=False)
+
+            # type a new D: the plot redraws with the bars of D=8
+            _type(page, 'all-reduce', 0)
+            _settled(page, r + 1); r += 1
+            _type(page, 'D (stages)', 8)
             n8 = _wait_paths(page, lambda n: n == _expected_bars('chimera', 8, 8))
             assert n8 != first
+            r = _redraw_no(page)
+            _type(page, 'N (micro-batches)', 16)   # DualPipeV needs N >= 2D
+            _settled(page, r + 1); r += 1
 
-            # pick another schedule from the dropdown
-            page.locator('.chimera-explorer .widget-dropdown', has_text='schedule').locator('select').select_option('gpipe')
-            ng = _wait_paths(page, lambda n: n == _expected_bars('gpipe', 8, 8))
-            assert ng != n8
-            shot = _shot(page, tmp_path, 'explorer-gpipe-D8.png')
+            # switch schedules in sequence: the memory plot's DOM holds exactly each schedule's closed-form lines
+            seen = []
+            for name, paper in (('gpipe', ['paper 16']), ('chimera', ['paper min 5', 'paper max 8']), ('dualpipev', []),
+                                ('1f1b', ['paper min 1', 'paper max 8'])):
+                _select(page, 'schedule', name)
+                tl_plot, mem = _settled(page, r + 1); r += 1
+                assert mem['shapes'] == len(paper) and sorted(mem['paperText']) == sorted(paper), (name, mem)
+                assert tl_plot['bars'] == _expected_bars(name, 8, 16), (name, tl_plot)
+                seen.append((name, mem['shapes']))
+                if name == 'gpipe':
+                    _shot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+            print('memory-plot shapes per schedule:', seen)
+            _shot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
 
-            # an invalid choice shows its message in the app, and the last good plot stays
-            page.locator('.chimera-explorer .widget-dropdown', has_text='schedule').locator('select').select_option('chimera')
-            _wait_paths(page, lambda n: n == _expected_bars('chimera', 8, 8))
-            d_input.fill('5'); d_input.press('Enter')
+            # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
+            _type(page, 'N (micro-batches)', 0)
+            page.wait_for_selector('.chimera-explorer :text("choose at least 1 micro-batch")', timeout=30_000)
+            _type(page, 'N (micro-batches)', 8)
+            _settled(page, r + 1); r += 1
+            _select(page, 'schedule', 'chimera')
+            _settled(page, r + 1); r += 1
+            _type(page, 'D (stages)', 5)
             page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=30_000)
             assert _plot_paths(page) == _expected_bars('chimera', 8, 8)
             assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
-            _shot(page, tmp_path, 'explorer-error.png')
+            _shot(page, tmp_path, '4-error.png')
+            _type(page, 'D (stages)', 4)
+            _settled(page, r + 1); r += 1
+
+            # a save button writes its file next to the notebook and says where
+            page.locator('.chimera-explorer button', has_text='CSV').first.click()
+            page.wait_for_selector('.chimera-explorer :text("saved")', timeout=30_000)
+            saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
+            from chimera_nb.schedules import Schedule, make_schedule
+            _wait(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
+            assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
+
+            # JupyterLab's dark theme: the page probe tells Python, the figures redraw dark
+            page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+            ps = _wait(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
+            assert all(p['paper'] == 'rgb(17,17,17)' for p in ps), ps
+            page.wait_for_timeout(500)
+            dark = _shot(page, tmp_path, '5-dark.png', full=False)
+            _shot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+            r = _redraw_no(page)
+            _settled(page, r)
+
+            # the largest sizes the controls allow: D=64, N=512 draws summarised; the page stays responsive
+            _type(page, 'D (stages)', 64)           # N = 8 is no multiple of 64: a message, no redraw
+            page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=30_000)
+            t = time.time()
+            _type(page, 'N (micro-batches)', 512)
+            tl_plot, mem = _settled(page, r + 1); r += 1
+            timings['D=64, N=512 (page wait)'] = round((time.time() - t) * 1000)
+            timings['D=64, N=512 (status)'] = _timing_ms(page)
+            assert tl_plot['raster'] == 1 and tl_plot['bars'] == 0, tl_plot
+            _shot(page, tmp_path, '6-D64-N512.png', full=False)
+            t = time.time()
+            _type(page, 'D (stages)', 4)           # the next change reaches Python and redraws
+            tl_plot, mem = _settled(page, r + 1); r += 1
+            timings['next change after D=64 (page wait)'] = round((time.time() - t) * 1000)
+            _type(page, 'N (micro-batches)', 8)
+            _settled(page, r + 1); r += 1
+            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
+            print('timings (ms):', timings)
+            assert timings['D=64, N=512 (page wait)'] < 60_000 and timings['next change after D=64 (page wait)'] < 15_000, timings
             print(f"screenshots in {tmp_path}")
-            assert shot.stat().st_size > 10_000
+            assert dark.stat().st_size > 10_000
         except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
             try: _shot(page, tmp_path, 'explorer-failure.png')
             except Exception: pass
             raise

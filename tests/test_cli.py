@@ -1,0 +1,59 @@
+"""The `chimera-nb plot` and `chimera-nb export` commands, run as real subprocesses (the installed console script
+when there is one, else `python -c` on chimera_nb.cli.main), with this checkout first on PYTHONPATH."""
+import json, os, re, shutil, subprocess, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = Path(sys.executable).parent / 'chimera-nb'
+CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-c', 'import sys; from chimera_nb.cli import main; sys.exit(main())']
+
+
+def run(*args, ok=True):
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    r = subprocess.run(CMD + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=180)
+    if ok: assert r.returncode == 0, r.stderr
+    return r
+
+
+def test_export_forms(tmp_path):
+    from chimera_nb.schedules import Schedule, make_schedule
+    s = make_schedule('chimera', 4, 8, concat='doubling')
+    r = run('export', 'chimera', '-D', 4, '-N', 8, '-o', 'concat=doubling')
+    assert r.stdout == s.to_text()
+    run('export', 'chimera', '-D', 4, '-N', 8, '-o', 'concat=doubling', '-f', 'csv', '--out', tmp_path / 's.csv')
+    assert Schedule.from_csv((tmp_path / 's.csv').read_text()).orders == s.orders
+    r = run('export', '1f1b', '-D', 2, '-N', 3, '-f', 'torch-csv')
+    assert r.stdout == make_schedule('1f1b', 2, 3).to_torch_csv()
+    run('export', 'gpipe', '-D', 2, '-N', 2, '-f', 'trace', '--costs', '1,2,0', '--out', tmp_path / 't.json')
+    X = [e for e in json.loads((tmp_path / 't.json').read_text())['traceEvents'] if e['ph'] == 'X']
+    assert sorted(e['dur'] for e in X) == [1e6] * 4 + [2e6] * 4      # F = 1 s, B = 2 s in microseconds
+
+
+def test_export_errors(tmp_path):
+    r = run('export', 'chimera', '-D', 4, '-N', 8, '-f', 'torch-csv', ok=False)
+    assert r.returncode == 2 and 'cannot express it' in r.stderr and 'Traceback' not in r.stderr
+    r = run('export', 'chimera', '-D', 5, '-N', 8, ok=False)
+    assert r.returncode == 2 and 'even number of stages' in r.stderr
+    r = run('export', 'gpipe', '--costs', 'cheap', ok=False)
+    assert r.returncode == 2 and "'paper', 'f=b' or three numbers" in r.stderr
+    r = run('export', 'gpipe', '-o', 'doubling', ok=False)
+    assert r.returncode == 2 and 'key=value' in r.stderr
+
+
+def test_plot_html(tmp_path):
+    out = tmp_path / 'sub' / 'chimera.html'
+    r = run('plot', 'chimera', '-D', 4, '-N', 8, '--memory', '--theme', 'dark', '--out', out)
+    assert f"wrote {out}" in r.stdout
+    page = out.read_text()
+    assert page.count('class="plotly-graph-div"') == 2 and re.search(r'F0(<br>|\\u003cbr\\u003e)s0', page)
+    assert '"paper_bgcolor":"rgb(17,17,17)"' in page.replace(' ', '')
+    r = run('plot', 'chimera', '--out', tmp_path / 'x.gif', ok=False)
+    assert r.returncode == 2 and '.html, .png, .svg or .pdf' in r.stderr
+
+
+@pytest.mark.skipif(not (shutil.which('chromium') or os.access('/usr/bin/chromium', os.X_OK)), reason='PNG needs Chromium')
+def test_plot_png(tmp_path):
+    out = tmp_path / 'zb.png'
+    run('plot', 'zb-h1', '-D', 4, '-N', 8, '--costs', 'f=b', '--out', out)
+    assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and out.stat().st_size > 10_000
