@@ -264,13 +264,13 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
             _type(page, 'N (micro-batches)', 0)
-            page.wait_for_selector('.chimera-explorer :text("choose at least 1 micro-batch")', timeout=30_000)
+            page.wait_for_selector('.chimera-explorer :text("choose at least 1 micro-batch")', timeout=90_000)
             _type(page, 'N (micro-batches)', 8)
             _settled(page, r + 1); r += 1
             _select(page, 'schedule', 'chimera')
             _settled(page, r + 1); r += 1
             _type(page, 'D (stages)', 5)
-            page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=30_000)
+            page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=90_000)
             assert _plot_paths(page) == _expected_bars('chimera', 8, 8)
             assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
             _shot(page, tmp_path, '4-error.png')
@@ -279,7 +279,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # a save button writes its file next to the notebook and says where
             page.locator('.chimera-explorer button', has_text='CSV').first.click()
-            page.wait_for_selector('.chimera-explorer :text("saved")', timeout=30_000)
+            page.wait_for_selector('.chimera-explorer :text("saved")', timeout=90_000)
             saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
             from chimera_nb.schedules import Schedule, make_schedule
             _wait(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
@@ -297,7 +297,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # the largest sizes the controls allow: D=64, N=512 draws summarised; the page stays responsive
             _type(page, 'D (stages)', 64)           # N = 8 is no multiple of 64: a message, no redraw
-            page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=30_000)
+            page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=90_000)
             t = time.time()
             _type(page, 'N (micro-batches)', 512)
             tl_plot, mem = _settled(page, r + 1); r += 1
