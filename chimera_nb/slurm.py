@@ -189,10 +189,11 @@ def _layout_comment(job:SlurmJob) -> list:
     if job.train.dp > 16: L.append(f'#   ... {job.train.dp - 16} more pipelines, the same way')
     return L
 
-# %% ../nbs/10_slurm.ipynb #cda461fe
+# %% ../nbs/10_slurm.ipynb #258aae2d
 def _environment(job:SlurmJob) -> list:
     q = shlex.quote
-    L = ['set -uo pipefail', f'PYTHON={q(job.python)}']
+    L = ['set -uo pipefail', "trap 'echo \"chimera_nb: SIGUSR1: the ranks checkpoint and stop\"' USR1  # the script itself lives on",
+         f'PYTHON={q(job.python)}']
     if job.modules: L.append('module load ' + ' '.join(q(m) for m in job.modules))
     L += [f'export {k}={q(v)}' for k, v in job.env.items()]
     L += list(job.setup)
@@ -209,7 +210,7 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
         key, out = ('none', q(str(run))) if len(configs) == 1 else (str(i), q(str(run / f'task-{i}')))
         L.append(f'  {key}) OUT={out}; ARGS=({" ".join(q(a) for a in train_args(cfg))}) ;;')
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac', 'mkdir -p "$OUT"',
-          'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT"',
+          'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
           'srun "$PYTHON" -m chimera_nb.train "${ARGS[@]}" --metrics "$OUT/metrics.jsonl" \\',
           '    --checkpoint-dir "$OUT/checkpoints" --resume --local-ranks 0 --no-progress',
           'rc=$?',
@@ -345,7 +346,7 @@ def _state(self:Job) -> str:
     return live[0] if live else ('COMPLETED' if all(t.state == 'COMPLETED' for t in ts) else next(t.state for t in ts if t.state != 'COMPLETED'))
 Job.state = property(_state)
 
-# %% ../nbs/10_slurm.ipynb #8d756bc0
+# %% ../nbs/10_slurm.ipynb #7d8b78f7
 def _wait(self:Job, timeout:float|None=None, # seconds (None: until it ends)
           poll:float=30.0, max_poll:float=300.0, # the first and the longest interval between polls
           on_poll=None # called with the tasks after every poll (a notebook display)
@@ -363,7 +364,7 @@ Job.wait = _wait
 
 def _cancel(self:Job, signal:str|None=None) -> None:
     "scancel the job (all its array tasks); with `signal` ('USR1'), only signal it: it checkpoints and requeues."
-    args = ['scancel'] + ([f'--signal={check_value("signal", signal, "name")}', '--full'] if signal else []) + [self.job_id]
+    args = ['scancel'] + ([f'--signal={check_value("signal", signal, "name")}'] if signal else []) + [self.job_id]  # to the ranks, not the script
     _slurm(*args)
 Job.cancel = _cancel
 
