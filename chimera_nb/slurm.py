@@ -7,7 +7,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 # %% auto #0
 __all__ = ['ALLOWED', 'PRESETS', 'SCRIPT_SET', 'FINAL', 'check_value', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset',
            'check_job', 'rank_layout', 'train_args', 'render', 'SlurmError', 'submit', 'TaskState', 'parse_scontrol',
-           'Job', 'read_metrics', 'collect']
+           'Job', 'read_metrics', 'collect', 'JobWatch', 'schedule_configs', 'scaling_configs', 'sweep_jobs',
+           'submit_sweep', 'plot_sweep']
 
 # %% ../nbs/10_slurm.ipynb #b7eda450
 import dataclasses, datetime, json, os, re, shlex, shutil, subprocess, sys, time
@@ -165,16 +166,17 @@ def train_args(cfg:TrainConfig) -> list:
         elif v is not None: out += [flag, repr(v) if isinstance(v, float) else str(v)]
     return out
 
-# %% ../nbs/10_slurm.ipynb #a4e8e300
-def _header(job:SlurmJob, run:Path, array:int|None) -> list:
-    L = ['#!/bin/bash', f'# chimera_nb: {job.name}, rendered by chimera_nb.slurm; kept with the run as job.sh',
+# %% ../nbs/10_slurm.ipynb #6225e10c
+def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list:
+    L = ['#!/bin/bash', f'# chimera_nb: {job.name}, rendered by chimera_nb.slurm' + ('' if portable else '; kept with the run as job.sh'),
          f'#SBATCH --job-name={job.name}', f'#SBATCH --nodes={job.nodes}', f'#SBATCH --ntasks-per-node={job.ntasks_per_node}',
          f'#SBATCH --cpus-per-task={job.cpus_per_task}']
     if job.gpus_per_node: L.append(f'#SBATCH --gres=gpu:{job.gpu_type + ":" if job.gpu_type else ""}{job.gpus_per_node}')
     if job.mem: L.append(f'#SBATCH --mem={job.mem}')
     L.append(f'#SBATCH --time={slurm_time(time_seconds(job.time))}')
     L += [f'#SBATCH --{n}={getattr(job, n)}' for n in ('partition', 'account', 'qos') if getattr(job, n)]
-    L += [f'#SBATCH --chdir={run}', f'#SBATCH --output={run}/slurm-{"%A_%a" if array else "%j"}.out', '#SBATCH --open-mode=append',
+    out = f'%x-{"%A_%a" if array else "%j"}.out' if portable else f'{run}/slurm-{"%A_%a" if array else "%j"}.out'
+    L += ([] if portable else [f'#SBATCH --chdir={run}']) + [f'#SBATCH --output={out}', '#SBATCH --open-mode=append',
           f'#SBATCH --signal=USR1@{job.signal_before}']
     if job.requeue: L.append('#SBATCH --requeue')
     if array: L.append(f'#SBATCH --array=0-{array - 1}')
@@ -221,18 +223,22 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
               '  scontrol requeue "$SLURM_JOB_ID"', 'fi']
     return L + ['exit "$rc"']
 
-# %% ../nbs/10_slurm.ipynb #d9384d01
+# %% ../nbs/10_slurm.ipynb #65e6d461
 def render(job:SlurmJob, # the job (checked here)
-           configs:list|None=None # an array job: one TrainConfig per task (same world size); default [job.train]
+           configs:list|None=None, # an array job: one TrainConfig per task (same world size); default [job.train]
+           portable:bool=False, # for slurm/: run_dir stays relative to where it is sbatch-ed, the log goes there too
+           notes:list=() # comment lines put under the #SBATCH block (what to change)
           ) -> str:
     "The batch script of `job`."
     check_job(job)
+    if any('\n' in n or '\r' in n for n in notes): raise ValueError("notes are one line each")
     configs = list(configs) if configs else [job.train]
     for i, c in enumerate(configs):
         check_job(dataclasses.replace(job, train=c))  # every task must fit the same allocation
-    run = Path(job.run_dir).absolute()
+    run = Path(job.run_dir) if portable else Path(job.run_dir).absolute()
     check_value('run_dir', str(run), 'path')
-    lines = _header(job, run, len(configs) if len(configs) > 1 else None) + _layout_comment(job) + _environment(job) + _launch(job, run, configs)
+    lines = (_header(job, run, len(configs) if len(configs) > 1 else None, portable) + [f'# {n}'.rstrip() for n in notes]
+             + _layout_comment(job) + _environment(job) + _launch(job, run, configs))
     return '\n'.join(lines) + '\n'
 
 # %% ../nbs/10_slurm.ipynb #c8a4d4a5
@@ -322,11 +328,11 @@ class Job:
         if not info: raise SlurmError(f"scontrol knows no job {what}")
         return cls(str(what), info[0].get('WorkDir', '.'))
 
-# %% ../nbs/10_slurm.ipynb #8c9cbdf7
+# %% ../nbs/10_slurm.ipynb #95f73490
 def _tasks(self:Job) -> list:
     "Every task of this job, as SLURM (or, when SLURM has forgotten it, the run folder) reports it."
-    p = _slurm('scontrol', '-o', 'show', 'job', self.job_id, check=False)
-    if p.returncode == 0 and p.stdout.strip(): return [_task(d) for d in parse_scontrol(p.stdout)]
+    p = _slurm('scontrol', '-o', 'show', 'job', self.job_id, check=False) if shutil.which('scontrol') else None
+    if p is not None and p.returncode == 0 and p.stdout.strip(): return [_task(d) for d in parse_scontrol(p.stdout)]
     if shutil.which('sacct'):
         a = subprocess.run(['sacct', '-X', '-n', '-P', '-j', self.job_id, '-o', 'JobID,State,Reason,Elapsed,Restarts,ExitCode,NodeList'],
                            capture_output=True, text=True, timeout=60)
@@ -402,3 +408,85 @@ def collect(run_dir) -> 'pd.DataFrame':
                          steps=d.get('steps'), samples_per_s=d.get('samples_per_s'), mean_step_s=d.get('mean_step_s'),
                          final_loss=d.get('final_loss'), eval_loss=d.get('final_eval_loss'), predicted_step_s=d.get('predicted_step_s')))
     return pd.DataFrame(rows)
+
+# %% ../nbs/10_slurm.ipynb #d6fe541b
+def _status_html(ts:list) -> str:
+    rows = ''.join(f"<tr><td>{t.job_id}</td><td><b>{t.state}</b></td><td>{t.reason}</td><td>{t.elapsed}</td><td>{t.restarts}</td>"
+                   f"<td>{t.nodes}</td></tr>" for t in ts)
+    return f"<table><tr><th>job</th><th>state</th><th>reason</th><th>elapsed</th><th>restarts</th><th>nodes</th></tr>{rows}</table>"
+
+class JobWatch:
+    "A widget that follows a `Job`: state table, log tail, loss curve (one line per array task)."
+    def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30):
+        import ipywidgets as W, plotly.graph_objects as go, threading, html
+        self.job, self.lines, self._html = job, lines, html
+        self.status, self.log = W.HTML(), W.HTML()
+        self.fig = go.FigureWidget(layout=dict(height=300, xaxis_title='step', yaxis_title='loss', margin=dict(t=30, b=40)))
+        self.widget = W.VBox([self.status, self.fig, self.log])
+        self._stop = threading.Event()
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, args=(poll, max_poll), daemon=True); self._thread.start()
+
+    def refresh(self) -> bool:
+        "Update once; True when the job has ended."
+        try: ts = self.job.tasks()
+        except SlurmError as e: self.status.value = f"<pre>{self._html.escape(str(e))}</pre>"; return False
+        self.status.value = _status_html(ts)
+        self.log.value = f"<pre style='font-size:11px'>{self._html.escape(self.job.log(self.lines))}</pre>"
+        m = self.job.metrics()
+        if len(m):
+            with self.fig.batch_update():
+                self.fig.data = []
+                for task, g in m.groupby(m.task.fillna('run'), sort=True): self.fig.add_scatter(x=g.step, y=g.loss, name=task, mode='lines')
+        return all(t.state in FINAL for t in ts)
+
+    def _loop(self, delay, max_poll):
+        while not self._stop.wait(delay):
+            if self.refresh(): break
+            delay = min(max_poll, delay * 1.5)
+
+    def stop(self): self._stop.set()
+    def _ipython_display_(self):
+        from IPython.display import display
+        display(self.widget)
+
+Job.watch = lambda self, poll=30.0, max_poll=300.0: JobWatch(self, poll, max_poll)
+
+# %% ../nbs/10_slurm.ipynb #d8f917d5
+def schedule_configs(cfg:TrainConfig, schedules=('chimera', '1f1b', 'gpipe')) -> list:
+    "The same run under several schedules: same ranks, same global batch."
+    return [dataclasses.replace(cfg, schedule=s) for s in schedules]
+
+def scaling_configs(cfg:TrainConfig, gpus=(1, 2, 4, 8)) -> list:
+    "The run on more and more GPUs: a deeper pipeline up to `cfg.stages`, then more replicas (dp); 1 GPU runs 1F1B."
+    out = []
+    for g in gpus:
+        D = min(g, cfg.stages)
+        out.append(dataclasses.replace(cfg, stages=D, dp=g // D, schedule=cfg.schedule if D > 1 else '1f1b'))
+    return out
+
+def sweep_jobs(base:SlurmJob, configs:list) -> list:
+    "[(job, configs)]: one array per world size, each in `run_dir/w<world>`; nodes filled up to `base`'s GPUs (tasks) per node."
+    groups = {}
+    for c in configs: groups.setdefault(c.world_size, []).append(c)
+    per_node = base.gpus_per_node or base.tasks_per_node or max(groups)
+    out = []
+    for world, cs in sorted(groups.items()):
+        n = min(world, per_node)
+        if world % n: raise ValueError(f"{world} ranks do not fill nodes of {per_node} evenly")
+        job = dataclasses.replace(base, train=cs[0], nodes=world // n, tasks_per_node=n, name=f'{base.name}-w{world}',
+                                  gpus_per_node=n if base.gpus_per_node else 0, run_dir=str(Path(base.run_dir) / f'w{world}'))
+        out.append((check_job(job), cs))
+    return out
+
+def submit_sweep(base:SlurmJob, configs:list, dry_run:bool=False) -> list:
+    "Submit every array of the sweep; return their `Job`s (script paths when `dry_run`)."
+    return [submit(j, cs if len(cs) > 1 else None, dry_run=dry_run) for j, cs in sweep_jobs(base, configs)]
+
+# %% ../nbs/10_slurm.ipynb #87151f95
+def plot_sweep(df, y:str='samples_per_s', # a column of `collect`'s table
+               title:str='sweep'):
+    "One bar per run of a sweep (label: schedule, D, W)."
+    import plotly.express as px
+    df = df.assign(label=[f"{r.schedule} D={r.stages} W={r.dp}" for r in df.itertuples()])
+    return px.bar(df, x='label', y=y, color='schedule', title=title, text_auto='.3s')
