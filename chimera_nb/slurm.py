@@ -110,7 +110,7 @@ def preset(which:str, # a key of PRESETS
     if which not in PRESETS: raise ValueError(f"unknown preset {which!r}: choose one of {', '.join(PRESETS)}")
     return check_job(SlurmJob(train=train, **{**PRESETS[which], **changes}))
 
-# %% ../nbs/10_slurm.ipynb #4a403e91
+# %% ../nbs/10_slurm.ipynb #7c571090
 def _check_ints(job):
     for n in ('nodes', 'cpus_per_task', 'max_restarts', 'signal_before', 'gpus_per_node'):
         v = getattr(job, n)
@@ -124,6 +124,7 @@ def _check_strings(job):
     if job.mem is not None: check_value('mem', job.mem, 'mem')
     for m in job.modules: check_value('module', m, 'module')
     for e in job.extra: check_value('extra sbatch option', e, 'sbatch')
+    if not isinstance(job.env, dict): raise TypeError(f"env must be a dict of name: value, got {type(job.env).__name__}")
     for k, v in job.env.items():
         check_value('env name', k, 'env')
         if not isinstance(v, str) or '\n' in v or '\0' in v: raise ValueError(f"env {k}: a one-line string, got {v!r}")
@@ -515,11 +516,11 @@ def cli_parser():
     c = sub.add_parser('collect', help="one table of a run's or a sweep's results"); c.add_argument('run_dir'); c.add_argument('--csv')
     return p
 
-# %% ../nbs/10_slurm.ipynb #567a9f62
+# %% ../nbs/10_slurm.ipynb #f5c762e3
 def _job_from_args(a, train_argv) -> SlurmJob:
     from chimera_nb.train import parse_config
     train = parse_config(train_argv)
-    changes = {k: v for k, v in vars(a).items() if k in {f.name for f in fields(SlurmJob)} and v is not None}
+    changes = {k: v for k, v in vars(a).items() if k in {f.name for f in fields(SlurmJob)} - {'env'} and v is not None}
     for k in ('modules', 'setup', 'extra'):
         if k in changes: changes[k] = tuple(changes[k])
     env = {}

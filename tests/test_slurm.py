@@ -15,7 +15,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import slurm_cluster
 from chimera_nb.train import TrainConfig
-from chimera_nb.slurm import SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL
+from chimera_nb.slurm import (SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL, submit_sweep, schedule_configs,
+                              plot_sweep, main as cli)
 
 REPO = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
@@ -47,7 +48,9 @@ def jobs(cluster, tmp_path_factory):
     out['requeue'] = submit(_job(tmp, 'requeue', TrainConfig(**T, schedule='chimera', stages=2, steps=60, seed=5)))
     out['train'] = submit(_job(tmp, 'train', TrainConfig(**T, schedule='chimera', stages=4, steps=6), gpus_per_node=4, gpu_type='fake'))
     base = TrainConfig(**T, stages=2, steps=4)
-    out['array'] = submit(_job(tmp, 'array', base), configs=[base, TrainConfig(**{**T, 'schedule': '1f1b'}, stages=2, steps=4)])
+    sweep = submit_sweep(_job(tmp, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
+    assert len(sweep) == 1
+    out['array'] = sweep[0]
     return out
 
 
@@ -94,7 +97,7 @@ def test_requeue_resumes_without_losing_or_repeating_a_step(jobs, cluster):
 
 
 @pytest.mark.timeout(240)
-def test_four_task_training(jobs, cluster):
+def test_four_task_training(jobs, cluster, capsys, tmp_path):
     job = jobs['train']
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     m = job.metrics()
@@ -107,6 +110,12 @@ def test_four_task_training(jobs, cluster):
     assert (job.run_dir / 'job.sh').read_text().startswith('#!/bin/bash')
     again = Job.attach(job.run_dir); assert again.job_id == job.job_id and again.state == 'COMPLETED'
     by_id = Job.attach(job.job_id); assert Path(by_id.run_dir) == job.run_dir
+    capsys.readouterr()
+    assert cli(['status', str(job.run_dir)]) == 0 and f"{job.job_id}\tCOMPLETED" in capsys.readouterr().out
+    assert cli(['logs', job.job_id, '-n', '3']) == 0 and 'chimera_nb' not in capsys.readouterr().err
+    assert cli(['collect', str(job.run_dir), '--csv', str(tmp_path / 'r.csv')]) == 0 and 'chimera' in capsys.readouterr().out
+    assert (tmp_path / 'r.csv').read_text().startswith('run,schedule')
+    assert 'RuntimeWarning' not in log and 'Traceback' not in log, log
     print(f"4-task Chimera: {s['samples_per_s']:.1f} samples/s, final loss {s['final_loss']:.3f}")
 
 
@@ -116,8 +125,9 @@ def test_array_collected_into_one_dataframe(jobs, cluster):
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     ts = job.tasks()
     assert sorted(t.job_id for t in ts) == [f"{job.job_id}_0", f"{job.job_id}_1"]
-    df = collect(job.run_dir)
+    df = collect(job.run_dir.parent)  # the sweep's folder
     assert sorted(df.schedule) == ['1f1b', 'chimera'] and (df.global_batch == 8).all() and (df.samples_per_s > 0).all()
+    assert len(plot_sweep(df).data) == 2
     m = read_metrics(job.run_dir)
     assert sorted(m.task.unique()) == ['task-0', 'task-1'] and len(m) == 8
     print(df[['schedule', 'stages', 'samples_per_s', 'final_loss']].to_string(index=False))
@@ -127,13 +137,13 @@ def test_array_collected_into_one_dataframe(jobs, cluster):
 def test_cancel_and_see_the_state(cluster, tmp_path):
     job = submit(_job(tmp_path, 'cancel', TrainConfig(**T, stages=2, steps=1000)))
     _until('running', lambda: job.tasks()[0].state == 'RUNNING', 60, cluster)
-    job.cancel()
+    assert cli(['cancel', job.job_id]) == 0
     assert job.wait(timeout=90, poll=0.5, max_poll=2) == 'CANCELLED'
     assert job.tasks()[0].state == 'CANCELLED'
 
 
 @pytest.mark.timeout(60)
-def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch):
+def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
     train = TrainConfig(**T, stages=2, steps=2)
     with pytest.raises(SlurmError, match=r"sbatch refused the job: .*(Requested node configuration is not available|gres)"):
         submit(_job(tmp_path, 'toomany', train, gpus_per_node=8, gpu_type='fake', tasks_per_node=2, cpus_per_task=4))
@@ -143,3 +153,7 @@ def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch):
     with pytest.raises(SlurmError, match="not a SLURM node.*render"):
         submit(_job(tmp_path, 'nosbatch', train))
     assert (tmp_path / 'nosbatch' / 'job.sh').exists()  # the script is written even so
+    assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--', '--stages', '2']) == 1
+    assert 'not a SLURM node' in capsys.readouterr().err
+    assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--dry-run', '--', '--stages', '2']) == 0  # rendering needs no SLURM
+    assert '#SBATCH --ntasks-per-node=2' in capsys.readouterr().out
