@@ -110,7 +110,7 @@ def preset(which:str, # a key of PRESETS
     if which not in PRESETS: raise ValueError(f"unknown preset {which!r}: choose one of {', '.join(PRESETS)}")
     return check_job(SlurmJob(train=train, **{**PRESETS[which], **changes}))
 
-# %% ../nbs/10_slurm.ipynb #7c571090
+# %% ../nbs/10_slurm.ipynb #d814dd28
 def _check_ints(job):
     for n in ('nodes', 'cpus_per_task', 'max_restarts', 'signal_before', 'gpus_per_node'):
         v = getattr(job, n)
@@ -144,6 +144,8 @@ def check_job(job:SlurmJob) -> SlurmJob:
     if job.nodes * job.ntasks_per_node != job.world:
         raise ValueError(f"{job.nodes} nodes x {job.ntasks_per_node} tasks = {job.nodes * job.ntasks_per_node} processes, but the "
                          f"training needs dp x stages = {job.train.dp} x {job.train.stages} = {job.world}: change nodes, GPUs or dp")
+    if job.gpus_per_node and job.qos and job.qos.endswith('-b') and (job.partition or '').startswith('hpg'):
+        raise ValueError(f"qos {job.qos!r} is a HiPerGator burst QOS, which has no GPUs: use your group's QOS (without -b)")
     if job.signal_before >= time_seconds(job.time): raise ValueError(f"signal_before={job.signal_before} s must be shorter than the time limit {job.time}")
     if job.train.clip_grad is None: raise ValueError("clip_grad=None cannot be passed to chimera-train: give a large value instead")
     return job
