@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['ALLOWED', 'PRESETS', 'SCRIPT_SET', 'FINAL', 'CHANGE', 'INFER_SCRIPT', 'check_value', 'time_seconds', 'slurm_time',
-           'SlurmJob', 'preset', 'check_job', 'rank_layout', 'train_args', 'render', 'SlurmError', 'submit',
-           'TaskState', 'parse_scontrol', 'Job', 'read_metrics', 'collect', 'JobWatch', 'schedule_configs',
+           'SlurmJob', 'preset', 'check_job', 'rank_layout', 'train_args', 'render', 'SlurmError', 'submit_env',
+           'submit', 'TaskState', 'parse_scontrol', 'Job', 'read_metrics', 'collect', 'JobWatch', 'schedule_configs',
            'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'cli_parser', 'main', 'JobForm', 'job_form',
            'ready_scripts']
 
@@ -264,7 +264,13 @@ def _slurm(*args, check=True, timeout=60) -> subprocess.CompletedProcess:
         raise SlurmError(f"{args[0]} failed (exit {p.returncode}): {(p.stderr or p.stdout).strip()}")
     return p
 
-# %% ../nbs/10_slurm.ipynb #3bdf9d4d
+# %% ../nbs/10_slurm.ipynb #031371a6
+def submit_env(env:dict|None=None) -> dict:
+    "The environment for sbatch: this one without the SLURM_* variables of the job the notebook itself runs in (SLURM_CONF kept)."
+    env = dict(os.environ if env is None else env)
+    return {k: v for k, v in env.items() if not k.startswith('SLURM_') or k == 'SLURM_CONF'}
+
+# %% ../nbs/10_slurm.ipynb #6c12037a
 def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
     d = dataclasses.asdict(job)
     d['train'] = dataclasses.asdict(job.train)
@@ -279,7 +285,7 @@ def submit(job:SlurmJob, # the job
     run = Path(job.run_dir).absolute(); run.mkdir(parents=True, exist_ok=True)
     (run / 'job.sh').write_text(script)
     if dry_run: return run / 'job.sh'
-    p = _slurm('sbatch', '--parsable', str(run / 'job.sh'), check=False)
+    p = subprocess.run([_need('sbatch'), '--parsable', str(run / 'job.sh')], capture_output=True, text=True, timeout=120, env=submit_env())
     if p.returncode != 0:
         raise SlurmError(f"sbatch refused the job: {(p.stderr or p.stdout).strip()}")
     job_id = p.stdout.strip().split(';')[0]

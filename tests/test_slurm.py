@@ -3,13 +3,14 @@ slurm-wlm and munge, started by hand, 4 fake GPUs as character devices), stopped
 
 The jobs are submitted together at the start (they run side by side) and each test waits for its own:
 - a 4-task CPU (gloo) Chimera training through the launcher: its metrics, summary, log, reattach, CUDA_VISIBLE_DEVICES set;
+  submitted with a JupyterHub session's SLURM_* variables in the environment (they must not reach the job's srun);
 - a 2-element job array (Chimera and 1F1B at the same global batch) collected into one DataFrame;
 - requeue of a running job twice: by `scontrol requeue` (SIGTERM to the ranks) and by SIGUSR1 (as before a time
   limit: the script requeues itself); each run resumes from its checkpoint, no step lost or repeated;
 - cancel and see CANCELLED; errors: no sbatch, an unsatisfiable request (sbatch's own reason), an unknown partition.
 Run: .venv/bin/python -m pytest tests/test_slurm.py -q   (needs root and slurm-wlm + munge; skipped otherwise)
 """
-import json, os, subprocess, sys, time
+import dataclasses, json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
@@ -46,7 +47,13 @@ def jobs(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp('runs')
     out = {}
     out['requeue'] = submit(_job(tmp, 'requeue', TrainConfig(**T, schedule='chimera', stages=2, steps=60, seed=5)))
-    out['train'] = submit(_job(tmp, 'train', TrainConfig(**T, schedule='chimera', stages=4, steps=6), gpus_per_node=4, gpu_type='fake'))
+    leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1')  # as from a JupyterHub session's own job
+    os.environ.update(leak)
+    try:
+        out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TrainConfig(**T, schedule='chimera', stages=4, steps=6),
+                                                       gpus_per_node=4, gpu_type='fake'), mem='2G'))
+    finally:
+        for k in leak: os.environ.pop(k)
     base = TrainConfig(**T, stages=2, steps=4)
     sweep = submit_sweep(_job(tmp, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
     assert len(sweep) == 1
@@ -65,9 +72,21 @@ def _until(what, ok, timeout, cluster):
         time.sleep(0.25)
 
 
+def _steps_alive(job_id):
+    "slurmstepd processes of this job on this node (its previous run still ending)."
+    out = []
+    for p in Path('/proc').iterdir():
+        try: cmd = (p / 'cmdline').read_bytes()
+        except OSError: continue
+        if cmd.startswith(f'slurmstepd: [{job_id}.'.encode()): out.append(p.name)
+    return out
+
+
 def _release(job, cluster):
-    "A requeued job waits ~2 min (SLURM sets its begin time); let it start now: the test is about the resume, not that delay."
-    _until('requeued job pending', lambda: job.tasks()[0].state == 'PENDING', 90, cluster)
+    """A requeued job waits ~2 min (SLURM sets its begin time); let it start now: the test is about the resume, not that
+    delay. Only once the previous run has wholly ended (no slurmstepd of the job left): a restart racing the old run's
+    completion message was seen marked FAILED."""
+    _until('requeued job pending, old run gone', lambda: job.tasks()[0].state == 'PENDING' and not _steps_alive(job.job_id), 120, cluster)
     subprocess.run(['scontrol', 'update', f'jobid={job.job_id}', 'starttime=now'], check=True, capture_output=True)
 
 
@@ -82,7 +101,11 @@ def test_requeue_resumes_without_losing_or_repeating_a_step(jobs, cluster):
     _until('restart 1 trains', lambda: len(_steps(run)) >= first + 2 and job.tasks()[0].restarts == 1, 200, cluster)
     job.cancel(signal='USR1')  # what SLURM sends before the time limit: checkpoint, exit 75, the script requeues
     _release(job, cluster)
-    assert job.wait(timeout=200, poll=1, max_poll=3) == 'COMPLETED', job.log()
+    seen = []
+    state = job.wait(timeout=200, poll=1, max_poll=3, on_poll=lambda ts: seen.append((ts[0].state, ts[0].restarts, ts[0].reason)))
+    assert state == 'COMPLETED', (f"states {seen}\nexit codes {(run / 'exit_codes').read_text()}\n{job.log(60)}\n"
+                                  + subprocess.run(['scontrol', 'show', 'job', job.job_id], capture_output=True, text=True).stdout
+                                  + cluster.logs(60))
     steps = _steps(run)
     assert steps == list(range(1, 61)), steps
     codes = [l.split() for l in (run / 'exit_codes').read_text().splitlines()]
