@@ -38,14 +38,13 @@ def check_value(what:str, # the field's name, for the message
     if not re.fullmatch(pat, value): raise ValueError(f"{what} {value!r} is not allowed: use {allowed}")
     return value
 
-# %% ../nbs/10_slurm.ipynb #bb4fe933
+# %% ../nbs/10_slurm.ipynb #eaa0cb24
 def time_seconds(t:str|int # a SLURM time limit ('30', '1:00:00', '2-12:00:00') or minutes as an int
                 ) -> int:
     "Seconds in a SLURM time limit."
     if isinstance(t, bool) or not isinstance(t, (str, int)): raise TypeError(f"time must be a string or minutes, got {t!r}")
     if isinstance(t, int): t = str(t)
     m = re.fullmatch(r'(?:(\d{1,3})-)?(\d{1,4})(?::(\d{1,2}))?(?::(\d{1,2}))?', t)
-    if not m or (m[1] is None and m[4] is not None and False): m = None
     if not m: raise ValueError(f"time {t!r} is not a SLURM time: use MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS")
     d, a, b, c = (int(x) if x else None for x in m.groups())
     if d is not None: secs = d * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)   # D-HH[:MM[:SS]]
