@@ -1,0 +1,182 @@
+"""chimera_nb.slurm against a real SLURM: a single-node cluster on localhost (munged, slurmctld, slurmd from Debian's
+slurm-wlm and munge, started by hand, 4 fake GPUs as character devices), stopped by PID at the end.
+
+The jobs are submitted together at the start (they run side by side) and each test waits for its own:
+- a 4-task CPU (gloo) Chimera training through the launcher: its metrics, summary, log, reattach, CUDA_VISIBLE_DEVICES set;
+  submitted with a JupyterHub session's SLURM_* variables in the environment (they must not reach the job's srun);
+- a 2-element job array (Chimera and 1F1B at the same global batch) collected into one DataFrame;
+- requeue of a running job twice: by `scontrol requeue` (SIGTERM to the ranks) and by SIGUSR1 (as before a time
+  limit: the script requeues itself); each run resumes from its checkpoint, no step lost or repeated;
+- cancel and see CANCELLED; errors: no sbatch, an unsatisfiable request (sbatch's own reason), an unknown partition.
+Run: .venv/bin/python -m pytest tests/test_slurm.py -q   (needs root and slurm-wlm + munge; skipped otherwise)
+"""
+import dataclasses, json, os, subprocess, sys, time
+from pathlib import Path
+import pytest
+sys.path.insert(0, str(Path(__file__).parent))
+import slurm_cluster
+from chimera_nb.train import TrainConfig
+from chimera_nb.slurm import (SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL, submit_sweep, schedule_configs,
+                              plot_sweep, main as cli)
+
+REPO = str(Path(__file__).resolve().parent.parent)
+pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
+T = dict(model='bert-tiny', microbatches=4, micro_batch_size=2, progress=False, eval_batches=1, timeout=90.0)
+
+
+@pytest.fixture(scope='module')
+def cluster(tmp_path_factory):
+    c = slurm_cluster.LocalCluster(tmp_path_factory.mktemp('slurm'))
+    old = os.environ.get('SLURM_CONF')
+    os.environ['SLURM_CONF'] = c.env['SLURM_CONF']
+    try:
+        yield c.start()
+    finally:
+        c.stop()
+        if old is None: os.environ.pop('SLURM_CONF', None)
+        else: os.environ['SLURM_CONF'] = old
+
+
+def _job(tmp, name, train, **kw):
+    return SlurmJob(train, run_dir=str(tmp / name), name=name, env={'PYTHONPATH': REPO}, mem=None, time='00:20:00', **kw)
+
+
+@pytest.fixture(scope='module')
+def jobs(cluster, tmp_path_factory):
+    "Submit the three long jobs at once."
+    tmp = tmp_path_factory.mktemp('runs')
+    out = {}
+    out['requeue'] = submit(_job(tmp, 'requeue', TrainConfig(**T, schedule='chimera', stages=2, steps=60, seed=5)))
+    leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1')  # as from a JupyterHub session's own job
+    os.environ.update(leak)
+    try:
+        out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TrainConfig(**T, schedule='chimera', stages=4, steps=6),
+                                                       gpus_per_node=4, gpu_type='fake'), mem='2G'))
+    finally:
+        for k in leak: os.environ.pop(k)
+    base = TrainConfig(**T, stages=2, steps=4)
+    sweep = submit_sweep(_job(tmp, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
+    assert len(sweep) == 1
+    out['array'] = sweep[0]
+    return out
+
+
+def _steps(run):
+    return [r['step'] for r in map(json.loads, open(run / 'metrics.jsonl')) if 'event' not in r] if (run / 'metrics.jsonl').exists() else []
+
+
+def _until(what, ok, timeout, cluster):
+    deadline = time.monotonic() + timeout
+    while not ok():
+        if time.monotonic() > deadline: raise TimeoutError(f"{what} after {timeout} s\n{cluster.logs()}")
+        time.sleep(0.25)
+
+
+def _steps_alive(job_id):
+    "slurmstepd processes of this job on this node (its previous run still ending)."
+    out = []
+    for p in Path('/proc').iterdir():
+        try: cmd = (p / 'cmdline').read_bytes()
+        except OSError: continue
+        if cmd.startswith(f'slurmstepd: [{job_id}.'.encode()): out.append(p.name)
+    return out
+
+
+def _release(job, cluster):
+    """A requeued job waits ~2 min (SLURM sets its begin time); let it start now: the test is about the resume, not that
+    delay. Only once the previous run has wholly ended (no slurmstepd of the job left): a restart racing the old run's
+    completion message was seen marked FAILED."""
+    _until('requeued job pending, old run gone', lambda: job.tasks()[0].state == 'PENDING' and not _steps_alive(job.job_id), 120, cluster)
+    subprocess.run(['scontrol', 'update', f'jobid={job.job_id}', 'starttime=now'], check=True, capture_output=True)
+
+
+@pytest.mark.timeout(300)
+def test_requeue_resumes_without_losing_or_repeating_a_step(jobs, cluster):
+    job = jobs['requeue']
+    run = job.run_dir
+    _until('two steps', lambda: len(_steps(run)) >= 2, 200, cluster)
+    subprocess.run(['scontrol', 'requeue', job.job_id], check=True, capture_output=True)  # SIGTERM to every rank
+    _release(job, cluster)
+    first = len(_steps(run))
+    _until('restart 1 trains', lambda: len(_steps(run)) >= first + 2 and job.tasks()[0].restarts == 1, 200, cluster)
+    job.cancel(signal='USR1')  # what SLURM sends before the time limit: checkpoint, exit 75, the script requeues
+    _release(job, cluster)
+    seen = []
+    state = job.wait(timeout=200, poll=1, max_poll=3, on_poll=lambda ts: seen.append((ts[0].state, ts[0].restarts, ts[0].reason)))
+    assert state == 'COMPLETED', (f"states {seen}\nexit codes {(run / 'exit_codes').read_text()}\n{job.log(60)}\n"
+                                  + subprocess.run(['scontrol', 'show', 'job', job.job_id], capture_output=True, text=True).stdout
+                                  + cluster.logs(60))
+    steps = _steps(run)
+    assert steps == list(range(1, 61)), steps
+    codes = [l.split() for l in (run / 'exit_codes').read_text().splitlines()]
+    assert [(c[1], c[2]) for c in codes] == [('1', '75'), ('2', '0')], codes  # restart 0 was killed by the requeue's SIGTERM
+    t = job.tasks()[0]
+    assert t.restarts == 2 and t.state == 'COMPLETED'
+    log = job.log(200)
+    assert 'restart 1' in log and 'restart 2' in log and 'requeueing job' in log
+    stopped = sorted(p.name for p in (run / 'checkpoints').glob('step_*'))
+    assert len(stopped) == 3 and stopped[-1] == 'step_00000060', stopped  # two stops and the end
+    print(f"requeue: stopped at {stopped[:2]}, steps 1..60 once each")
+
+
+@pytest.mark.timeout(240)
+def test_four_task_training(jobs, cluster, capsys, tmp_path):
+    job = jobs['train']
+    assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
+    m = job.metrics()
+    assert list(m.step) == [1, 2, 3, 4, 5, 6] and m.loss.notna().all() and (m.loss > 0).all()
+    assert len(m.saved_activation_bytes[0]) == 4  # four ranks reported
+    s = json.loads((job.run_dir / 'metrics-summary.json').read_text())
+    assert s['config']['stages'] == 4 and s['config']['schedule'] == 'chimera' and s['samples_per_s'] > 0
+    log = job.log()
+    assert 'GPUs 0,1,2,3' in log and 'restart 0' in log  # the fake GPUs are visible to the job
+    assert (job.run_dir / 'job.sh').read_text().startswith('#!/bin/bash')
+    again = Job.attach(job.run_dir); assert again.job_id == job.job_id and again.state == 'COMPLETED'
+    by_id = Job.attach(job.job_id); assert Path(by_id.run_dir) == job.run_dir
+    capsys.readouterr()
+    assert cli(['status', str(job.run_dir)]) == 0 and f"{job.job_id}\tCOMPLETED" in capsys.readouterr().out
+    assert cli(['logs', job.job_id, '-n', '3']) == 0 and 'chimera_nb' not in capsys.readouterr().err
+    assert cli(['collect', str(job.run_dir), '--csv', str(tmp_path / 'r.csv')]) == 0 and 'chimera' in capsys.readouterr().out
+    assert (tmp_path / 'r.csv').read_text().startswith('run,schedule')
+    assert 'RuntimeWarning' not in log and 'Traceback' not in log, log
+    print(f"4-task Chimera: {s['samples_per_s']:.1f} samples/s, final loss {s['final_loss']:.3f}")
+
+
+@pytest.mark.timeout(240)
+def test_array_collected_into_one_dataframe(jobs, cluster):
+    job = jobs['array']
+    assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
+    ts = job.tasks()
+    assert sorted(t.job_id for t in ts) == [f"{job.job_id}_0", f"{job.job_id}_1"]
+    df = collect(job.run_dir.parent)  # the sweep's folder
+    assert sorted(df.schedule) == ['1f1b', 'chimera'] and (df.global_batch == 8).all() and (df.samples_per_s > 0).all()
+    assert len(plot_sweep(df).data) == 2
+    m = read_metrics(job.run_dir)
+    assert sorted(m.task.unique()) == ['task-0', 'task-1'] and len(m) == 8
+    print(df[['schedule', 'stages', 'samples_per_s', 'final_loss']].to_string(index=False))
+
+
+@pytest.mark.timeout(120)
+def test_cancel_and_see_the_state(cluster, tmp_path):
+    job = submit(_job(tmp_path, 'cancel', TrainConfig(**T, stages=2, steps=1000)))
+    _until('running', lambda: job.tasks()[0].state == 'RUNNING', 60, cluster)
+    assert cli(['cancel', job.job_id]) == 0
+    assert job.wait(timeout=90, poll=0.5, max_poll=2) == 'CANCELLED'
+    assert job.tasks()[0].state == 'CANCELLED'
+
+
+@pytest.mark.timeout(60)
+def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
+    train = TrainConfig(**T, stages=2, steps=2)
+    with pytest.raises(SlurmError, match=r"sbatch refused the job: .*(Requested node configuration is not available|gres)"):
+        submit(_job(tmp_path, 'toomany', train, gpus_per_node=8, gpu_type='fake', tasks_per_node=2, cpus_per_task=4))
+    with pytest.raises(SlurmError, match=r"sbatch refused the job: .*[Pp]artition"):
+        submit(_job(tmp_path, 'nopart', train, partition='nosuchpart'))
+    monkeypatch.setenv('PATH', '/nonexistent')
+    with pytest.raises(SlurmError, match="not a SLURM node.*render"):
+        submit(_job(tmp_path, 'nosbatch', train))
+    assert (tmp_path / 'nosbatch' / 'job.sh').exists()  # the script is written even so
+    assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--', '--stages', '2']) == 1
+    assert 'not a SLURM node' in capsys.readouterr().err
+    assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--dry-run', '--', '--stages', '2']) == 0  # rendering needs no SLURM
+    assert '#SBATCH --ntasks-per-node=2' in capsys.readouterr().out

@@ -1,0 +1,119 @@
+"""Injection safety of the rendered batch script (no SLURM needed): every user value is refused with what is allowed, or
+lands in the script so that bash parses it (`bash -n`), no #SBATCH line is split or added, and running the script with
+stub `srun`/`scontrol`/`module` commands creates no sentinel file and hands the value to srun (or the environment)
+byte for byte. Strings: hypothesis text mixed with spaces, quotes, $(), backticks, newlines, semicolons, pipes."""
+import dataclasses, json, os, re, subprocess
+from pathlib import Path
+import pytest
+from hypothesis import given, settings, strategies as st, HealthCheck
+from chimera_nb.train import TrainConfig
+from chimera_nb.slurm import SlurmJob, render, check_job, time_seconds, slurm_time, preset, PRESETS, train_args
+
+SENT = '/tmp/chimera_slurm_pwned'
+NASTY = [f'$(touch {SENT})', f'`touch {SENT}`', f'; touch {SENT}', f'\ntouch {SENT}\n', f"' ; touch {SENT}; '",
+         f'" ; touch {SENT}; "', '${IFS}', f'&& touch {SENT}', f'| touch {SENT}', ' ', '\\', '%j', '#SBATCH --wrap=x',
+         '\r', f'\n#SBATCH --wrap=touch {SENT}\n', "'", '"', '$HOME', '*', '~', '--x=y', 'a-b_c.d']
+nasty = st.lists(st.one_of(st.sampled_from(NASTY), st.text(max_size=6)), min_size=1, max_size=4).map(''.join)
+BASE = TrainConfig(model='bert-tiny', stages=2, steps=3)
+
+STUBS = {'srun': 'printf "%s\\0" "$@" > "$STUB_OUT/srun.args"; env -0 > "$STUB_OUT/srun.env"; exit 0',
+         'scontrol': 'echo localhost', 'module': 'exit 0'}
+
+
+@pytest.fixture(scope='module')
+def stubs(tmp_path_factory):
+    d = tmp_path_factory.mktemp('stubs')
+    for name, body in STUBS.items():
+        (d / name).write_text('#!/bin/bash\n' + body + '\n'); (d / name).chmod(0o755)
+    return d
+
+
+def _accepted(job):
+    try: return render(job)
+    except (ValueError, TypeError) as e:
+        assert 'allowed' in str(e) or 'must' in str(e) or 'use' in str(e) or 'unknown' in str(e), str(e)
+        return None
+
+
+def _structure_ok(script, job):
+    assert subprocess.run(['bash', '-n'], input=script, text=True, capture_output=True).returncode == 0, script
+    head = script.split('set -uo pipefail')[0].splitlines()
+    assert all(l.startswith('#') for l in head), head  # no command before the environment block
+    sb = [l for l in head if l.startswith('#SBATCH')]
+    assert all(re.fullmatch(r'#SBATCH --[a-z-]+(=\S+)?', l) for l in sb), sb
+    assert not any('--wrap' in l for l in sb)
+
+
+def _run(script, stubs, tmp):
+    out = tmp / 'stub'; out.mkdir(exist_ok=True)
+    if os.path.exists(SENT): os.remove(SENT)
+    env = dict(PATH=f"{stubs}:/usr/bin:/bin", STUB_OUT=str(out), SLURM_JOB_ID='123', SLURM_JOB_NODELIST='n1', HOME=str(tmp))
+    p = subprocess.run(['bash', '-s'], input=script, text=True, capture_output=True, env=env, cwd=tmp, timeout=20)
+    assert not os.path.exists(SENT), f"injected command ran:\n{script}"
+    args = (out / 'srun.args').read_bytes().decode().split('\0')[:-1]
+    envs = dict(kv.split('=', 1) for kv in (out / 'srun.env').read_bytes().decode().split('\0') if '=' in kv)
+    return p, args, envs
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from(['name', 'partition', 'account', 'qos', 'gpu_type', 'mem', 'run_dir', 'python', 'time']), value=nasty)
+def test_resource_fields_refused_or_inert(field, value):
+    job = SlurmJob(BASE, **{'run_dir': '/tmp/chimera-render-test', field: value})
+    if (s := _accepted(job)) is not None: _structure_ok(s, job)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=nasty)
+def test_modules_and_extra_options_refused_or_inert(value):
+    for job in (SlurmJob(BASE, modules=('cuda', value)), SlurmJob(BASE, extra=(value,))):
+        if (s := _accepted(job)) is not None: _structure_ok(s, job)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(value=nasty.filter(lambda v: '\n' not in v and '\0' not in v), key=st.sampled_from(['MY_VAR', 'HF_HOME']))
+def test_env_values_and_train_strings_arrive_intact(value, key, stubs, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('run')
+    job = SlurmJob(dataclasses.replace(BASE, data=value), run_dir=str(tmp / 'r'), env={key: value})
+    s = render(job)  # quoted fields are never refused
+    _structure_ok(s, job)
+    p, args, envs = _run(s, stubs, tmp)
+    assert p.returncode == 0, p.stderr
+    i = args.index('--data'); assert args[i + 1] == value, (args, value)
+    assert envs[key] == value
+
+
+def test_env_names_and_newlines_refused():
+    with pytest.raises(ValueError, match='environment variable name'): render(SlurmJob(BASE, env={'A;touch x': '1'}))
+    with pytest.raises(ValueError, match='one-line'): render(SlurmJob(BASE, env={'A': 'x\ntouch y'}))
+    with pytest.raises(ValueError, match='no newlines'): render(SlurmJob(BASE, setup=('ok', 'a\nb')))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 365 * 86400))
+def test_time_round_trip(secs):
+    assert time_seconds(slurm_time(secs)) == secs
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=14))
+def test_time_parser_refuses_or_positive(t):
+    try: v = time_seconds(t)
+    except ValueError as e: assert 'SLURM time' in str(e) or 'more than 0' in str(e)
+    else: assert v > 0
+
+
+def test_every_preset_renders_and_parses(tmp_path):
+    for name in PRESETS:
+        gpn = PRESETS[name].get('gpus_per_node', 0) or 2
+        job = preset(name, TrainConfig(model='bert-tiny', stages=2, dp=gpn, steps=3), nodes=2, run_dir=str(tmp_path / name),
+                     tasks_per_node=gpn if name == 'generic' else None)
+        s = render(job)
+        assert subprocess.run(['bash', '-n'], input=s, text=True).returncode == 0
+        if name.startswith('hpg'): assert f"#SBATCH --partition={name}" in s and '--gres=gpu:' in s
+
+
+def test_train_args_round_trip():
+    from chimera_nb.train import parse_config
+    cfg = TrainConfig(model='gpt2-tiny', schedule='1f1b', stages=2, dp=2, lr=3e-4, recompute=True, data='wikipedia', dropout=0.0)
+    back = parse_config(train_args(cfg))
+    assert back == cfg
