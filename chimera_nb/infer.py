@@ -206,7 +206,7 @@ def plot_scaling(df:pd.DataFrame, title:str='BERT inference scaling'):
     fig.update_xaxes(type='log', tickvals=sorted(df.ranks.unique()))
     return fig
 
-# %% ../nbs/13_infer.ipynb #2e468171
+# %% ../nbs/13_infer.ipynb #22e6461b
 def infer_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='python -m chimera_nb.infer', description='BERT inference throughput, data-parallel or pipelined.')
     for f in fields(InferConfig):
@@ -219,6 +219,8 @@ def infer_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     "Run the benchmark; print the table (and write --out)."
     a = vars(infer_parser().parse_args(argv)); local = a.pop('local')
+    if not local:  # the world srun / torchrun started is the one measured
+        a['ranks'] = (int(os.environ.get('WORLD_SIZE') or os.environ.get('SLURM_NTASKS') or 1),)
     try: cfg = check_infer_config(InferConfig(**a))
     except ValueError as e: print(f"chimera_nb.infer: error: {e}", file=sys.stderr); return 2
     if local: df = benchmark(cfg)

@@ -655,9 +655,9 @@ def ready_scripts() -> dict:
     out['bert-infer-bench.sbatch'] = INFER_SCRIPT
     return out
 
-# %% ../nbs/10_slurm.ipynb #896c2a78
+# %% ../nbs/10_slurm.ipynb #63d60449
 INFER_SCRIPT = """#!/bin/bash
-# chimera_nb: BERT inference benchmark (forward-only pipeline schedules), one node of 8 B200
+# chimera_nb: BERT inference scaling benchmark (data-parallel and pipelined), 1, 2, 4, 8 GPUs of one B200 node
 #SBATCH --job-name=bert-infer-bench
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=8
@@ -670,7 +670,7 @@ INFER_SCRIPT = """#!/bin/bash
 #SBATCH --qos=mygroup
 #SBATCH --output=%x-%j.out
 # WHAT TO CHANGE before `sbatch`: --account / --qos (your group); the module / conda lines (an environment with
-#   chimera_nb installed); the benchmark's flags below (python -m chimera_nb.bench_infer --help)
+#   chimera_nb installed); the benchmark's flags below (python -m chimera_nb.infer --help)
 set -uo pipefail
 module load conda cuda
 conda activate chimera
@@ -678,6 +678,10 @@ export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
 export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"
 export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 mkdir -p runs/bert-infer-bench
-srun python -m chimera_nb.bench_infer --model bert-large --stages 8 --batch-sizes 1,8,32,128 --dtype bfloat16 \\
-    --out runs/bert-infer-bench/results.jsonl
+for mode in dp pipeline; do
+  for n in 1 2 4 8; do
+    srun --ntasks=$n --ntasks-per-node=$n python -m chimera_nb.infer --model bert-large --mode $mode \\
+        --batch-sizes 8 32 128 --seq-len 128 --dtype bfloat16 --out runs/bert-infer-bench/results.csv
+  done
+done
 """
