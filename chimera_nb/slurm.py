@@ -562,7 +562,7 @@ def main(argv=None) -> int:
     except (ValueError, TypeError) as e: print(f"chimera-slurm: error: {e}", file=sys.stderr); return 2
     except SlurmError as e: print(f"chimera-slurm: {e}", file=sys.stderr); return 1
 
-# %% ../nbs/10_slurm.ipynb #8212b60b
+# %% ../nbs/10_slurm.ipynb #beb45fe5
 class JobForm:
     "Widgets for a job description: Render shows the script, Submit sbatch-es it and watches the job."
     def __init__(self, train:TrainConfig|None=None, job:SlurmJob|None=None):
@@ -570,6 +570,7 @@ class JobForm:
         from chimera_nb.models import PRESETS as MODELS
         from chimera_nb.schedules import SCHEDULES
         t, j = train or TrainConfig(), job or SlurmJob(train or TrainConfig())
+        self.train = t   # the fields the form does not show (micro-batch size, pipes, recompute, ...) come from here
         lay = dict(style={'description_width': '120px'})
         self.w = dict(
             preset=W.Dropdown(options=list(PRESETS), value='generic', description='preset', **lay),
@@ -596,10 +597,11 @@ class JobForm:
         for k in ('partition', 'gpus_per_node'):
             if k in p: self.w[k].value = p[k]
 
-# %% ../nbs/10_slurm.ipynb #e8ed8329
+# %% ../nbs/10_slurm.ipynb #fb692ef8
 def _form_job(self:JobForm) -> SlurmJob:
     v = {k: w.value for k, w in self.w.items()}
-    train = TrainConfig(model=v['model'], schedule=v['schedule'], stages=v['stages'], dp=v['dp'], microbatches=v['microbatches'], steps=v['steps'])
+    train = dataclasses.replace(self.train, model=v['model'], schedule=v['schedule'], stages=v['stages'], dp=v['dp'],
+                                microbatches=v['microbatches'], steps=v['steps'])
     res = {k: (v[k] or None) for k in ('partition', 'account', 'qos')}
     return preset(v['preset'], train, nodes=v['nodes'], gpus_per_node=v['gpus_per_node'], time=v['time'], run_dir=v['run_dir'], **res)
 
