@@ -480,14 +480,13 @@ def provenance(device=None) -> dict:
     return dict(host=platform.node(), device=name, python=platform.python_version(), torch=torch.__version__,
                 command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
-# %% ../nbs/07_train.ipynb #e3dc2318
+# %% ../nbs/07_train.ipynb #9b81d72d
 def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
     "The run's summary (written beside the metrics), and the last step's measured timeline beside its prediction as HTML."
     steady = times[1:] or times
     out = dict(event='summary', steps=len(times), training_time_s=total, mean_step_s=sum(steady) / len(steady),
                samples_per_s=cfg.global_batch_size * len(steady) / sum(steady), final_loss=losses[-1][1] if losses else None,
                **{f'final_{k}': v for k, v in ev.items()}, config=dataclasses.asdict(cfg), **provenance(rt.device))
-    log.write(**out)
     if log.path is not None and rt.timeline is not None:
         from chimera_nb.simulate import simulate, Costs
         from chimera_nb.viz import overlay, save_html
@@ -501,6 +500,7 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
             fig = plot_timeline(tl)
         out['timeline_html'] = str(save_html(fig, log.path.with_name(log.path.stem + '-timeline.html')))
         D.atomic_write(log.path.with_name(log.path.stem + '-summary.json'), lambda f: f.write(json.dumps(out, indent=1).encode()))
+    log.write(**out)  # last, so the metrics file's summary has the prediction too
     return out
 
 # %% ../nbs/07_train.ipynb #5b4936fc
