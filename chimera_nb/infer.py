@@ -9,8 +9,8 @@ __all__ = ['MODES', 'DTYPES', 'InferConfig', 'check_infer_config', 'inputs_for',
            'measure_rank', 'with_efficiency', 'save_results', 'load_results', 'benchmark', 'plot_scaling',
            'infer_parser', 'main']
 
-# %% ../nbs/13_infer.ipynb #7e11651b
-import argparse, json, os, platform, statistics, sys, time
+# %% ../nbs/13_infer.ipynb #22a5197e
+import argparse, json, os, statistics, sys, time
 from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
 import pandas as pd
@@ -118,7 +118,7 @@ def pipeline_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> list:
     x, y, _ = inputs_for(cfg, batch, td)
     return timed(lambda: rt.evaluate(x, y), cfg.warmup, cfg.iters, rt.device)
 
-# %% ../nbs/13_infer.ipynb #8f62c42b
+# %% ../nbs/13_infer.ipynb #7c16f8d1
 @dataclass
 class InferRow:
     "One measurement: a mode, a process count and a batch size."
@@ -147,16 +147,13 @@ def measure_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> InferRo
     step = statistics.median(max(col) for col in zip(*allt))
     samples, dev = batch * (world if cfg.mode == 'dp' else 1), _device()
     return InferRow(cfg.mode if cfg.mode == 'dp' else f"pipeline ({cfg.schedule})", world, batch, samples, step,
-                    samples / step, samples * cfg.seq_len / step, _peak_mb(dev), _device_name(dev))
+                    samples / step, samples * cfg.seq_len / step, _peak_mb(dev), provenance(dev)['device'])
 
-# %% ../nbs/13_infer.ipynb #4bfb0872
+# %% ../nbs/13_infer.ipynb #de932e41
 def _peak_mb(dev) -> float:
     if dev.type == 'cuda': return torch.cuda.max_memory_allocated(dev) / 2**20
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-def _device_name(dev) -> str:
-    return torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f"cpu ({platform.machine()}, {os.cpu_count()} cores)"
 
 # %% ../nbs/13_infer.ipynb #27102467
 def with_efficiency(df:pd.DataFrame) -> pd.DataFrame:
