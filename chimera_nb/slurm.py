@@ -194,7 +194,7 @@ def _layout_comment(job:SlurmJob) -> list:
     if job.train.dp > 16: L.append(f'#   ... {job.train.dp - 16} more pipelines, the same way')
     return L
 
-# %% ../nbs/10_slurm.ipynb #258aae2d
+# %% ../nbs/10_slurm.ipynb #ce9b3646
 def _environment(job:SlurmJob) -> list:
     q = shlex.quote
     L = ['set -uo pipefail', "trap 'echo \"chimera_nb: SIGUSR1: the ranks checkpoint and stop\"' USR1  # the script itself lives on",
@@ -223,7 +223,8 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     if job.requeue:
         L += [f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {job.max_restarts} ]; then',
               '  echo "chimera_nb: stopped with a checkpoint; requeueing job $SLURM_JOB_ID"',
-              '  scontrol requeue "$SLURM_JOB_ID"', 'fi']
+              '  scontrol requeue "$SLURM_JOB_ID" || echo "chimera_nb: scontrol requeue failed; the checkpoint is kept: sbatch this script again to resume" >&2',
+              'fi']
     return L + ['exit "$rc"']
 
 # %% ../nbs/10_slurm.ipynb #65e6d461

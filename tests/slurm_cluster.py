@@ -35,7 +35,7 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket={root}/munge/sock
+AuthInfo=socket={root}/munge/sock,cred_expire=10
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool
 SlurmctldPidFile={root}/slurmctld.pid
@@ -60,6 +60,8 @@ KillWait=60
 MinJobAge=3600
 SlurmdParameters=config_overrides
 InactiveLimit=0
+SlurmctldDebug=debug
+SlurmdDebug=debug
 NodeName={host} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory=16000 Gres=gpu:fake:{gpus} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
