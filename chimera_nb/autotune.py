@@ -7,11 +7,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/autotune.html.md"""
 # %% auto #0
 __all__ = ['PAPER_SCHEMES', 'TuneConfig', 'candidates', 'Tuning', 'autotune', 'best_per_scheme']
 
-# %% ../nbs/09_autotune.ipynb #c4a12567
+# %% ../nbs/09_autotune.ipynb #c546d7a7
 import dataclasses, math, numbers, time
 from dataclasses import dataclass, field
 from typing import Sequence
-from .schedules import SCHEDULES, CHIMERA_CONCAT, make_schedule, Schedule, gc_paused
+from .schedules import SCHEDULES, CHIMERA_CONCAT, make_schedule, validate, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label
 
@@ -48,12 +48,14 @@ class TuneConfig:
                                         chunks=self.chunks, dp=self.W, microbatches=self.N, micro_batch_size=self.B,
                                         recompute=self.recompute, sync=self.sync, **kw))
 
-# %% ../nbs/09_autotune.ipynb #6e634e09
+# %% ../nbs/09_autotune.ipynb #8ff7644e
 _SCHEDS = {}
 def _make(name, D, N, opts, recompute) -> Schedule:
     key = (name, D, N, opts, recompute)
     if key not in _SCHEDS:
-        s = make_schedule(name, D, N, **dict(opts))
+        # not validated here: the built-in generators are validated by the tests, every candidate is timed by
+        # `dependency_times` (which stops at a deadlock), and `autotune` validates its first choice
+        s = _make(name, D, N, opts, False) if recompute else make_schedule(name, D, N, check=False, **dict(opts))
         if recompute and not s.recompute: s = dataclasses.replace(s, recompute=True)
         if len(_SCHEDS) > 20000: _SCHEDS.clear()
         _SCHEDS[key] = s
@@ -191,7 +193,7 @@ def _evaluate(c:TuneConfig, prof_at, limit, optimizer, method):
         return p, f"out of memory on rank {k} (stages {s.stages_of(k)}): {p.memory[k] / 2**30:.3g} GiB > limit {lim / 2**30:.3g} GiB"
     return p, None
 
-# %% ../nbs/09_autotune.ipynb #8b4045ee
+# %% ../nbs/09_autotune.ipynb #406b710d
 def autotune(gpus:int, # P
              global_batch:int|Sequence[int], # G, or several
              profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
@@ -220,6 +222,7 @@ def autotune(gpus:int, # P
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'config']
     rank = pd.DataFrame(ok, columns=cols).sort_values('throughput', ascending=False, kind='stable').reset_index(drop=True)
     rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'config'])
+    if len(rank): validate(rank['config'].iloc[0].make())
     return Tuning(rank, rej, time.perf_counter() - t0, len(ok) + len(bad))
 
 # %% ../nbs/09_autotune.ipynb #1703fbea

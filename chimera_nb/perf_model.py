@@ -6,16 +6,17 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['HARDWARE', 'Hardware', 'check_hardware', 'Profile', 'estimate_profile', 'CommProfile', 'measure_comm',
-           'profile_layers_as', 'profile_model', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time',
-           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'calibrate', 'plot_breakdown']
+           'profile_layers_as', 'profile_model', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info',
+           'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'calibrate',
+           'plot_breakdown']
 
-# %% ../nbs/08_perf_model.ipynb #136dca1f
+# %% ../nbs/08_perf_model.ipynb #d419d41c
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
-from .schedules import Schedule, make_schedule, SCHEDULES
-from .program import lower, SYNC_POLICIES
-from .simulate import Costs, simulate, Timeline, closed_form
+from .schedules import Schedule, make_schedule, SCHEDULES, DEPENDS, ScheduleError
+from .program import lower, reduce_points, SYNC_POLICIES
+from .simulate import Costs, Event, simulate, Timeline, closed_form
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
 from .models import PRESETS
 
@@ -332,22 +333,45 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     ids = torch.randint(0, m.config.vocab_size, (micro_batch_size, s), generator=g)
     return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), micro_batch_size, s, comm, repeats)
 
-# %% ../nbs/08_perf_model.ipynb #758c41dd
-def critical_path(tl:Timeline) -> list:
-    "Compute events on a critical path of `tl`, first to last: each one waited for the one before it."
-    ev = [e for e in tl.events if e.kind in ('F', 'B', 'W')]
-    if not ev: return []
-    ends = {}
-    for e in ev: ends.setdefault(round(e.end, 9), []).append(e)
-    e, path = max(ev, key=lambda e: (e.end, e.rank)), []
-    while True:
-        path.append(e)
-        cands = ends.get(round(e.start, 9), [])
-        if not cands or e.start <= tl.start_time + 1e-12: break
-        e = min(cands, key=lambda c: c.rank != path[-1].rank)  # the own rank's previous action first
+# %% ../nbs/08_perf_model.ipynb #2ba326b4
+def dependency_times(s:Schedule, # a valid schedule
+                     costs:Costs, # compute times (messages and all-reduces count as free)
+                    ) -> tuple:
+    "(compute events, {action: the dependency that made it wait, or its rank's previous action, or None}) of `s`."
+    c, S, n = costs.action_costs(s), s.num_stages, s.num_ranks
+    end, held_by, waiters, events, new = {}, {}, {}, [], tuple.__new__
+    pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
+    while stack:
+        r = stack.pop()
+        order, i, t, prev = s.orders[r], pos[r], clock[r], last[r]
+        while i < len(order):
+            a = order[i]; k, st, mb, p = a
+            start, why, blocked = t, prev, None
+            for dk, o in DEPENDS[k]:
+                if 0 <= st + o < S:
+                    e = end.get((dk, st + o, mb, p))
+                    if e is None: blocked = (dk, st + o, mb, p); break
+                    if e > start: start, why = e, (dk, st + o, mb, p)   # ties: the rank's own previous action
+            if blocked is not None: waiters.setdefault(blocked, []).append(r); break
+            t = end[a] = start + c[k][st]; held_by[a] = why; prev = a; i += 1
+            events.append(new(Event, (r, k, st, mb, p, start, t, -1)))
+            if a in waiters: stack.extend(waiters.pop(a))
+        pos[r], clock[r], last[r] = i, t, prev
+    stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
+    if stuck: raise ScheduleError(f"schedule {s.name} deadlocks at ranks {stuck[:8]}: validate it to see where")
+    return events, held_by
+
+# %% ../nbs/08_perf_model.ipynb #6fda8876
+def critical_path(events:list, # compute events of `dependency_times`
+                  held_by:dict, # what made each action wait, from `dependency_times`
+                 ) -> list:
+    "The actions of a critical path, first to last: back from the last to end along what made each wait."
+    e = max(events, key=lambda e: (e.end, e.rank))
+    a, path = (e.kind, e.stage, e.microbatch, e.pipe), []
+    while a is not None: path.append(a); a = held_by[a]
     return path[::-1]
 
-# %% ../nbs/08_perf_model.ipynb #9b4112d3
+# %% ../nbs/08_perf_model.ipynb #c8621e70
 class ShapeInfo(NamedTuple):
     "What depends only on a schedule's shape: its critical path and per-rank work in (F, B_t) units, and all-reduce start times."
     schedule: Schedule
@@ -358,22 +382,29 @@ class ShapeInfo(NamedTuple):
     span: float             # the compute makespan at F = 1, B_t = ratio
     reduce_starts: list     # (stage, start at F = 1) of each all-reduce, when the last replica issued it
     compute_end: list       # per rank, its last compute's end at F = 1
-    timeline: Timeline      # the simulated order (memory estimates read it)
+    timeline: Timeline      # the compute at F = 1 (memory estimates read its order)
 
-# %% ../nbs/08_perf_model.ipynb #43559eb8
+# %% ../nbs/08_perf_model.ipynb #eee1778e
 def _unit_costs(s:Schedule, ratio:float) -> Costs:
     "F = 1 and B_t = `ratio` (recomputation's forward included); split backwards: B = W = ratio/2."
     if s.split_backward: return Costs(1.0, max(0.0, ratio / 2 - (1 if s.recompute else 0)), ratio / 2, allreduce=1e-9)
     return Costs(1.0, ratio - (1.0 if s.recompute else 0.0), allreduce=1e-9)
 
-def _count(tl_events, s:Schedule) -> tuple:
-    "(forwards, backwards) of `tl_events` in units of a full micro-batch of one of D stages."
-    k = s.stage_fraction * s.microbatch_scale
-    f = sum(k for e in tl_events if e.kind == 'F')
-    b = sum(k * (0.5 if s.split_backward else 1.0) for e in tl_events if e.kind in ('B', 'W'))
-    return f, b
+def _count(kinds, s:Schedule) -> tuple:
+    "(forwards, backwards) of actions of these `kinds` in units of a full micro-batch of one of D stages."
+    kinds, k = list(kinds), s.stage_fraction * s.microbatch_scale
+    return k * kinds.count('F'), k * (0.5 if s.split_backward else 1.0) * (kinds.count('B') + kinds.count('W'))
 
-# %% ../nbs/08_perf_model.ipynb #68a11b6d
+# %% ../nbs/08_perf_model.ipynb #a2340322
+def _reduce_starts(s:Schedule, sync:str, dp_width:int, end:dict, rank_end:list) -> list:
+    "(stage, start) of each all-reduce, sorted by start: when the last of its replicas issued it (`program.reduce_points`)."
+    issued = {}
+    for r in range(s.num_ranks):
+        for st, a in reduce_points(s, r, sync, dp_width).items():
+            issued[st] = max(issued.get(st, 0.0), rank_end[r] if a is None else end[a])
+    return sorted(issued.items(), key=lambda x: x[1])
+
+# %% ../nbs/08_perf_model.ipynb #c0734097
 _SHAPES = {}
 
 def shape_info(s:Schedule, # a schedule (its recompute flag counts)
@@ -384,11 +415,12 @@ def shape_info(s:Schedule, # a schedule (its recompute flag counts)
     ratio = (3.0 if s.recompute else 2.0) if ratio is None else min(max(round(ratio * 20) / 20, 1.0 if s.recompute else 0.05), 20.0)
     key = (s.name, s.num_ranks, s.microbatches, tuple(sorted(s.options.items())), s.recompute, s.microbatch_scale, sync, dp_width > 1, ratio)
     if key in _SHAPES: return _SHAPES[key]
-    tl = simulate(lower(s, sync, dp_width), _unit_costs(s, ratio))
-    cf, cb = _count(critical_path(tl), s)
-    work = [_count(tl.rank_events(r), s) for r in range(s.num_ranks)]
-    ar = sorted({(e.stage, e.start) for e in tl.events if e.kind == 'AR'}, key=lambda x: x[1])
+    events, held_by = dependency_times(s, _unit_costs(s, ratio))
+    tl = Timeline.from_schedule(s, events)
+    cf, cb = _count((a[0] for a in critical_path(events, held_by)), s)
+    work = [_count((e.kind for e in tl.rank_events(r)), s) for r in range(s.num_ranks)]
     ends = [max((e.end for e in tl.rank_events(r)), default=0.0) for r in range(s.num_ranks)]
+    ar = _reduce_starts(s, sync, dp_width, {(e.kind, e.stage, e.microbatch, e.pipe): e.end for e in events}, ends)
     info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends, tl)
     if len(_SHAPES) > 20000: _SHAPES.clear()
     _SHAPES[key] = info

@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/program.html.md"""
 
 # %% auto #0
 __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute', 'Send', 'ReduceStart', 'ReduceWait',
-           'OptimizerStep', 'Program', 'compute_order', 'add_communication', 'add_gradient_sync', 'lower',
-           'check_program']
+           'OptimizerStep', 'Program', 'compute_order', 'add_communication', 'reduce_points', 'add_gradient_sync',
+           'lower', 'check_program']
 
 # %% ../nbs/00a_program.ipynb #e9361113
 from dataclasses import dataclass, field
@@ -133,24 +133,34 @@ def add_communication(s:Schedule, ranks:list) -> list:
         out.append(new)
     return out
 
-# %% ../nbs/00a_program.ipynb #b5c7e6f5
-def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
-    "Pass 3: `ReduceStart` per replicated stage where `sync` says, `ReduceWait`s and `OptimizerStep` at the end."
+# %% ../nbs/00a_program.ipynb #84912c5d
+def reduce_points(s:Schedule, # the schedule
+                  rank:int, # a pipeline rank
+                  sync:str='eager', # gradient all-reduce policy
+                  dp_width:int=1, # data-parallel replicas of the pipeline
+                 ) -> dict:
+    "{stage: the action after which `rank` starts that stage's all-reduce, or None: after its last compute} for each stage it reduces."
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES}")
-    last_kind, out = ('W' if s.split_backward else 'B'), []
+    synced = [] if s.forward_only else [st for st in s.stages_of(rank) if len(s.replicas(st)) * dp_width > 1]
+    todo = {st for st in synced if sync == 'eager' or (sync == 'eager-opt' and st in (0, s.num_stages - 1))}
+    last_kind, last = ('W' if s.split_backward else 'B'), {}
+    for a in reversed(s.orders[rank]):  # a stage's gradient is whole after its last backward (or W) on this rank
+        if not todo: break
+        if a[0] == last_kind and a[1] in todo: last[a[1]] = a; todo.discard(a[1])
+    return {st: last.get(st) for st in synced}
+
+# %% ../nbs/00a_program.ipynb #9c5b0e6f
+def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
+    "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s and `OptimizerStep` at the end."
+    out = []
     for r, prog in enumerate(ranks):
-        synced = [] if s.forward_only else [st for st in s.stages_of(r) if len(s.replicas(st)) * dp_width > 1]
-        eager = [st for st in synced if sync == 'eager' or (sync == 'eager-opt' and st in (0, s.num_stages - 1))]
-        last, todo = {}, set(eager)  # stage -> index of its last backward (or W) on this rank, found from the end
-        for i in range(len(prog) - 1, -1, -1):
-            if not todo: break
-            ins = prog[i]
-            if type(ins) is Compute and ins[0][0] == last_kind and ins[0][1] in todo: last[ins[0][1]] = i; todo.discard(ins[0][1])
-        new, prev, started = [], 0, []
-        for i, st in sorted((i, st) for st, i in last.items()):
-            new += prog[prev:i + 1]; new.append(ReduceStart(st)); started.append(st); prev = i + 1
-        new += prog[prev:]
-        late = [st for st in synced if st not in last]
+        points = reduce_points(s, r, sync, dp_width)
+        after = {a: st for st, a in points.items() if a is not None}
+        new, started = [], []
+        for ins in prog:
+            new.append(ins)
+            if type(ins) is Compute and ins[0] in after: st = after[ins[0]]; new.append(ReduceStart(st)); started.append(st)
+        late = [st for st, a in points.items() if a is None]
         new += [ReduceStart(st) for st in late]
         new += [ReduceWait(st) for st in started + late] + [OptimizerStep()]
         out.append(new)

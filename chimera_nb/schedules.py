@@ -71,7 +71,7 @@ def gc_paused():
     finally:
         if was: gc.enable()
 
-# %% ../nbs/00_schedules.ipynb #81e441e4
+# %% ../nbs/00_schedules.ipynb #298a5e25
 @dataclass(eq=False)
 class Schedule:
     "A placement of (pipe, stage) on ranks plus each rank's ordered actions."
@@ -99,13 +99,23 @@ class Schedule:
         "The rank that holds `stage` of `pipe`."
         return self.placement[(pipe, stage)]
 
+    def _placement_index(self) -> tuple:
+        "({rank: sorted stages}, {stage: sorted ranks}), rebuilt when the placement changes (lowering asks per rank and stage)."
+        idx = self.__dict__.get('_pidx')
+        if idx is None or idx[0] is not self.placement or idx[1] != len(self.placement):
+            by_rank, by_stage = defaultdict(set), defaultdict(set)
+            for (p, st), r in self.placement.items(): by_rank[r].add(st); by_stage[st].add(r)
+            idx = self._pidx = (self.placement, len(self.placement), {r: sorted(v) for r, v in by_rank.items()},
+                                {st: sorted(v) for st, v in by_stage.items()})
+        return idx[2], idx[3]
+
     def stages_of(self, rank:int) -> list:
         "Sorted distinct stages held by `rank` (over all pipes)."
-        return sorted({s for (p, s), r in self.placement.items() if r == rank})
+        return list(self._placement_index()[0].get(rank, ()))
 
     def replicas(self, stage:int) -> list:
         "Sorted ranks holding a replica of `stage` (several for Chimera)."
-        return sorted({r for (p, s), r in self.placement.items() if s == stage})
+        return list(self._placement_index()[1].get(stage, ()))
 
     def global_microbatch(self, pipe:int, microbatch:int) -> int:
         "Index of (pipe, micro-batch) in the global batch: pipes take interleaved slots 0..N-1."
@@ -372,7 +382,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #7b051db4
+# %% ../nbs/00_schedules.ipynb #12261cb0
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -387,33 +397,38 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
         missing[a] = len(ds)
         for d in ds: succ[d].append(a)
     ready = [[] for _ in range(num_ranks)]
+    parked = [[] for _ in range(num_ranks)]  # ready but refused by `allow`: refused until the rank's state changes
     for a in actions:
         if missing[a] == 0: heapq.heappush(ready[placement[(a.pipe, a.stage)]], (priority(a), a))
     orders, busy_until, events = [[] for _ in range(num_ranks)], [0] * num_ranks, []
     state = [dict(f=0, b=0, w=0) for _ in range(num_ranks)]
-    now, seq, remaining = 0, 0, len(actions)
+    now, seq, remaining, check = 0, 0, len(actions), set(range(num_ranks))
     while remaining:
-        for r in range(num_ranks):
+        for r in sorted(check):  # only a rank that just got free or got new ready actions can start one
             if busy_until[r] > now or not ready[r]: continue
-            skipped, chosen = [], None
+            chosen = None
             while ready[r]:
                 item = heapq.heappop(ready[r])
                 if allow is None or allow(r, item[1], state[r]): chosen = item[1]; break
-                skipped.append(item)
-            for it in skipped: heapq.heappush(ready[r], it)
+                parked[r].append(item)
             if chosen is None: continue
             orders[r].append(chosen)
             state[r][chosen.kind.lower()] += 1
+            for it in parked[r]: heapq.heappush(ready[r], it)
+            parked[r].clear()
             busy_until[r] = now + cost(chosen)
             heapq.heappush(events, (busy_until[r], seq, chosen)); seq += 1
         if not events: raise ScheduleError("list scheduler stalled: the rule forbids every ready action")
-        now = events[0][0]
+        now, check = events[0][0], set()
         while events and events[0][0] == now:
             _, _, a = heapq.heappop(events)
             remaining -= 1
+            check.add(placement[(a.pipe, a.stage)])
             for n in succ[a]:
                 missing[n] -= 1
-                if missing[n] == 0: heapq.heappush(ready[placement[(n.pipe, n.stage)]], (priority(n), n))
+                if missing[n] == 0:
+                    r = placement[(n.pipe, n.stage)]
+                    heapq.heappush(ready[r], (priority(n), n)); check.add(r)
     return orders
 
 # %% ../nbs/00_schedules.ipynb #c54dff0c
@@ -618,7 +633,7 @@ def dualpipev(stages:int, microbatches:int) -> Schedule:
         orders.append(o)
     return Schedule('dualpipev', D, 2 * D, 1, N, place, orders, split_backward=True)
 
-# %% ../nbs/00_schedules.ipynb #f788a943
+# %% ../nbs/00_schedules.ipynb #a33cc78c
 SCHEDULES = {'gpipe': gpipe, '1f1b': one_f_one_b, 'gems': gems, 'chimera': chimera,
              'interleaved-1f1b': interleaved_1f1b, 'zb-h1': zb_h1, 'dualpipev': dualpipev}
 _ALIASES = {'dapple': '1f1b', 'pipedream-flush': '1f1b', 'interleaved': 'interleaved-1f1b', 'zbh1': 'zb-h1'}
@@ -635,6 +650,7 @@ def _as_int(v, what:str, lo:int, hi:int) -> int:
 def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved, zbh1, ...)
                   stages:int, # D: pipeline ranks
                   microbatches:int, # N: micro-batches per worker per iteration
+                  check:bool=True, # validate it (searches over the tested built-in generators may skip this)
                   **options) -> Schedule:
     "Generate and validate schedule `name` for D=`stages` ranks and N=`microbatches`."
     if not isinstance(name, str): raise TypeError(f"the schedule name must be a str, got {type(name).__name__}")
@@ -650,7 +666,9 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
         elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
     size = 3 * D * N * options.get('chunks', 1) * (2 if options.get('concat') == 'halving' else 1)
     if size > MAX_ACTIONS: raise ValueError(f"{key} with D={D}, N={N} would have ~{size:,} actions, beyond the limit of {MAX_ACTIONS:,}")
-    with gc_paused(): return validate(SCHEDULES[key](D, N, **options))
+    with gc_paused():
+        s = SCHEDULES[key](D, N, **options)
+        return validate(s) if check else s
 
 # %% ../nbs/00_schedules.ipynb #29ba6112
 def _to_torch(self:Schedule) -> dict:
