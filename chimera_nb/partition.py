@@ -208,7 +208,7 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
     b = balance(costs, stages)
     return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, by, costs)
 
-# %% ../nbs/03_partition.ipynb #33fa816b
+# %% ../nbs/03_partition.ipynb #95732443
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps
 
 def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro-batch size count)
@@ -227,10 +227,11 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
     unit = lambda xs: [max(x, 1e-9) for x in xs]  # the order of events, with measured times (zero times are fine too)
     tl = timeline if timeline is not None else simulate(schedule, Costs(unit([p.forward_s for p in P]), unit([p.backward_s for p in P])))
     k, rows = schedule.microbatch_scale, []
+    peaks = tl.peak_memory([p.saved_bytes for p in P], [p.in_bytes for p in P])
     for r in range(schedule.num_ranks):
         mine = schedule.stages_of(r)
         w = sum(P[s].param_bytes for s in mine)
-        acts = max(v for _, v in tl.memory_curve(r, [p.saved_bytes for p in P], [p.in_bytes for p in P]))
+        acts = peaks[r]
         S = schedule.num_stages
         sent = sum(P[a.stage].out_bytes if a.kind == 'F' else P[a.stage].in_bytes for a in schedule.actions(r)
                    if (a.kind == 'F' and a.stage < S - 1) or (a.kind == 'B' and a.stage > 0)) * k

@@ -164,7 +164,27 @@ class Timeline:
         return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
                 f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
-# %% ../nbs/01_simulate.ipynb #419ab9d0
+# %% ../nbs/01_simulate.ipynb #b7b518cc
+@patch
+def memory_changes(self:Timeline,
+                   rank:int, # the rank
+                  ) -> list:
+    """[(time, sign, stage, part)] of `rank`'s memory in time order, frees (-1) before allocations (+1) at the same instant;
+    part 'a': a stage's stashed activations, 'i': its input kept for recomputation. Cached until the events change."""
+    idx = self.__dict__.get('_mem_changes')
+    if idx is None or idx[0] is not self.events or idx[1] != len(self.events): idx = self._mem_changes = (self.events, len(self.events), {})
+    if rank not in idx[2]:
+        frees, out = ('W' if self.split_backward else 'B'), []
+        for e in self.rank_events(rank):
+            if e.kind == 'F': out.append((e.start, 1, e.stage, 'i' if self.recompute else 'a'))
+            elif e.kind == 'B' and self.recompute: out.append((e.start, 1, e.stage, 'a'))
+            if e.kind == frees:
+                out.append((e.end, -1, e.stage, 'a'))
+                if self.recompute: out.append((e.end, -1, e.stage, 'i'))
+        out.sort(key=lambda c: (c[0], c[1]))
+        idx[2][rank] = out
+    return idx[2][rank]
+
 @patch
 def memory_curve(self:Timeline,
                  rank:int, # the rank
@@ -172,17 +192,11 @@ def memory_curve(self:Timeline,
                  mi:float|Sequence=0.0, # Mi: one micro-batch's stage input, what recomputation keeps (or one per stage)
                 ) -> list:
     "[(time, live memory)] after every change on `rank`: stashed activations (Ma) and, under recompute, inputs (Mi)."
-    a = _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale)
-    i = _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)
-    frees, deltas = ('W' if self.split_backward else 'B'), []
-    for e in self.rank_events(rank):
-        if e.kind == 'F': deltas.append((e.start, i(e.stage) if self.recompute else a(e.stage)))
-        elif e.kind == 'B' and self.recompute: deltas.append((e.start, a(e.stage)))
-        if e.kind == frees: deltas.append((e.end, -(a(e.stage) + i(e.stage)) if self.recompute else -a(e.stage)))
-    deltas.sort()  # frees (negative) before allocations at the same instant
+    size = {'a': _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale),
+            'i': _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)}
     live, curve = 0.0, [(self.start_time, 0.0)]
-    for t, d in deltas:
-        live += d
+    for t, sign, st, part in self.memory_changes(rank):
+        live += sign * size[part](st)
         curve.append((t, round(live, 9)))
     return curve
 
@@ -198,9 +212,20 @@ def _per_stage_sizes(v, what:str, scalar_scale:float, list_scale:float):
     return lambda s: vals[s] * list_scale
 
 @patch
-def peak_memory(self:Timeline, ma:float=1.0, mi:float=0.0) -> list:
-    "Per-rank peak of `memory_curve(rank, ma, mi)`."
-    return [max(v for _, v in self.memory_curve(r, ma, mi)) for r in range(self.num_ranks)]
+def peak_memory(self:Timeline, ma:float|Sequence=1.0, mi:float|Sequence=0.0) -> list:
+    "Per-rank peak of `memory_curve(rank, ma, mi)` (without building the curves: searches ask for it often)."
+    n = 1 + max((e.stage for e in self.events), default=0)
+    a = _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale)
+    i = _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)
+    size = {(st, 'a'): a(st) for st in range(n)} | {(st, 'i'): i(st) for st in range(n)}
+    out = []
+    for r in range(self.num_ranks):
+        live = peak = 0.0
+        for _, sign, st, part in self.memory_changes(r):
+            live += sign * size[st, part]
+            if live > peak: peak = live
+        out.append(round(peak, 9))
+    return out
 
 @patch(as_prop=True)
 def peak_activations(self:Timeline) -> list:
