@@ -753,7 +753,7 @@ def _own_stages(self:PipelineRuntime, stages) -> dict:
     if not all(isinstance(m, nn.Module) for m in stages): raise TypeError("every stage must be a torch.nn.Module")
     return {i: stages[i] for i in mine}
 
-# %% ../nbs/06_runtime.ipynb #b261c181
+# %% ../nbs/06_runtime.ipynb #d5010c58
 @patch
 def _setup(self:PipelineRuntime):
     old = self.comm.reports()
@@ -816,8 +816,12 @@ def _make_ties(self:PipelineRuntime):
             raise ValueError(f"tie {key!r} names stages {stages}; the schedule has stages 0..{self.schedule.num_stages - 1}")
         reps = {len(self.schedule.replicas(st)) * self.W for st in stages}
         if len(reps) != 1: raise ValueError(f"tie {key!r} joins stages with different numbers of replicas: {sorted(reps)}")
-        ranks = sorted({w * self.D + r for w in range(self.W) for st in stages for r in self.schedule.replicas(st)})
-        g = self.comm.group(ranks) if len(ranks) > 1 else None
+        holders = {r for st in stages for r in self.schedule.replicas(st)}
+        ranks = sorted({w * self.D + r for w in range(self.W) for r in holders})
+        # where every holder has every tied stage (Chimera: rank r holds stages r and D-1-r), each rank's own copies,
+        # already summed over their replicas, add up to the whole gradient: no collective needed
+        apart = any(not set(stages) <= set(self.schedule.stages_of(r)) for r in holders)
+        g = self.comm.group(ranks) if len(ranks) > 1 and apart else None
         try: local = [self.stages[st].get_parameter(n) for st, n in places if st in self.stages]
         except AttributeError as e: raise ValueError(f"tie {key!r}: {e}; name each copy as module.get_parameter(name) finds it") from e
         if local: self.tie_groups[key] = (g, ranks, reps.pop(), local)
