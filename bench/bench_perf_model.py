@@ -90,7 +90,7 @@ def _stage_level(prof, D, k=None, o=None):
     "`prof` as D stage-level layers, times scaled per stage by k, extra p2p latency o."
     sp = prof.stage_profiles(D)
     if k is not None: sp = [p._replace(forward_s=p.forward_s * kf, backward_s=p.backward_s * kb) for p, (kf, kb) in zip(sp, k)]
-    out = dataclasses.replace(prof, layers=sp)
+    out = dataclasses.replace(prof, layers=sp, ties=prof.stage_ties(D))
     return dataclasses.replace(out, p2p_latency=o) if o is not None else out
 
 
@@ -111,11 +111,11 @@ def main():
     rows, groups, cals = [], {}, {}
     work = []   # (group, D, plan, {B: profile})
     for kind in ('bert-tiny', 'mlp'):
-        layers, loss_fn, batch, _ = model_of(kind)
+        layers, loss_fn, batch, ties = model_of(kind)
         profs = {}
         for B, N in SPLITS_REAL:
             x, y = batch(B)
-            profs[B] = profile_layers_as(kind, layers, x, loss_fn, y, B, SEQ if kind == 'bert-tiny' else 0, comm, repeats=7)
+            profs[B] = profile_layers_as(kind, layers, x, loss_fn, y, B, SEQ if kind == 'bert-tiny' else 0, comm, repeats=7, ties=ties)
         work.append((f'real {kind}', 2, [(kind, name, B, N, profs[B].boundaries(2)) for B, N in SPLITS_REAL for name in SCHEDS], profs))
     for D, splits in ((4, [(1, 16), (2, 8), (4, 4)]), (8, [(2, 16), (4, 8)])):
         profs = {B: emulated_profile(D, B, comm) for B, _ in splits}

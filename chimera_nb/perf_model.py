@@ -76,7 +76,7 @@ def check_hardware(h:Hardware) -> Hardware:
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     return h
 
-# %% ../nbs/08_perf_model.ipynb #95565f5c
+# %% ../nbs/08_perf_model.ipynb #0a8192f1
 @dataclass
 class Profile:
     "Per-layer costs of `model` at one micro-batch size, and the links, on one device."
@@ -93,6 +93,7 @@ class Profile:
     source: str = 'measured'    # 'measured' or 'estimated:<hardware>'
     memory_bytes: float = math.inf   # device memory
     comm_overlaps: bool = True  # all-reduces overlap compute (False: gloo on CPU cores that compute, so they add up)
+    ties: list = field(default_factory=list)  # [(layer indices, bytes)]: one parameter copied on several layers (tied embeddings)
     versions: dict = field(default_factory=dict)
     date: str = ''
 
@@ -105,6 +106,10 @@ class Profile:
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else _positive(self.p2p_bandwidth, 'p2p_bandwidth')
         for l in self.layers:
             if min(l.forward_s, l.backward_s, l.saved_bytes, l.param_bytes) < 0: raise ValueError(f"layer {l.name} has negative costs: {l}")
+        try: self.ties = [(tuple(int(i) for i in ls), _positive(b, 'tied bytes', zero=True)) for ls, b in self.ties]
+        except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {self.ties!r}") from e
+        bad = [i for ls, _ in self.ties for i in ls if not 0 <= i < len(self.layers)]
+        if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{len(self.layers) - 1}")
 
 # %% ../nbs/08_perf_model.ipynb #b158f8a1
 import functools
@@ -173,7 +178,7 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
                       peak_bytes=int((l.peak_bytes - l.param_bytes) * k) + l.param_bytes) for l in self.layers]
     return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=lay)
 
-# %% ../nbs/08_perf_model.ipynb #5acd5aa1
+# %% ../nbs/08_perf_model.ipynb #22223eae
 def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
     "One stage's profile from its layers' (workspace: the largest of its layers')."
     work = max(max(0, l.peak_bytes - l.saved_bytes - l.param_bytes) for l in layers)
@@ -198,6 +203,16 @@ def stage_profiles(self:Profile, stages:int) -> list:
         cache[stages] = [_stage_profile(self.layers[x:y]) for x, y in zip(b, b[1:])]
     return cache[stages]
 
+@patch
+def stage_ties(self:Profile, stages:int) -> list:
+    "The ties over the stages of the time-balanced split: [(stages holding a copy, bytes)]."
+    cache = self.__dict__.setdefault('_stages', {})
+    if ('ties', stages) not in cache:
+        b = self.boundaries(stages)
+        where = lambda i: next(k for k in range(stages) if b[k] <= i < b[k + 1])
+        cache['ties', stages] = [(tuple(sorted({where(i) for i in ls})), nb) for ls, nb in self.ties]
+    return cache['ties', stages]
+
 # %% ../nbs/08_perf_model.ipynb #b2931a8b
 _DTYPE_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2, 'float64': 8}
 
@@ -211,7 +226,7 @@ def _transformer_dims(model:str) -> tuple:
         return 'bert', c['hidden_size'], c['num_hidden_layers'], c['num_attention_heads'], c['intermediate_size'], c['vocab_size'], c['max_position_embeddings'], p.seq_len
     return 'gpt2', c['n_embd'], c['n_layer'], c['n_head'], 4 * c['n_embd'], c['vocab_size'], c['n_positions'], p.seq_len
 
-# %% ../nbs/08_perf_model.ipynb #9e48f7e2
+# %% ../nbs/08_perf_model.ipynb #da4bbb3d
 def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                      hardware:Hardware, # the device and links (HARDWARE[...])
                      micro_batch_size:int=1,
@@ -236,6 +251,7 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                  tok * (V + 2 * h) * 4, 2 * tok * V * 4)
     return Profile(model, B, s, dt, [embed] + [block._replace(name=f'block{i}') for i in range(L)] + [head],
                    hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
+                   ties=[((0, L + 1), 4 * V * h)],  # the head's decoder is the word embedding (models.build ties them)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(_versions()),
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -298,14 +314,21 @@ def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
     r = world
     return CommProfile(lat, 1 / inv_bw, a / (2 * math.log2(r)), b / (2 * (r - 1) / r), 'nccl' if device != 'cpu' else 'gloo', world)
 
-# %% ../nbs/08_perf_model.ipynb #2fe01784
+# %% ../nbs/08_perf_model.ipynb #b3b798f3
+def _param_bytes(layer, name:str) -> int:
+    try: p = layer.get_parameter(name)
+    except AttributeError as e: raise ValueError(f"tie names parameter {name!r}, which the layer does not have: {e}") from e
+    return p.numel() * p.element_size()
+
 def profile_layers_as(model:str, # the name the profile carries (checked by `Profile.check`)
                       layers:Sequence, # nn.Modules in order
                       sample, # the first layer's input for one micro-batch
                       loss_fn=None, target=None, # the last layer's loss
                       micro_batch_size:int=1, seq_len:int=0,
                       comm:CommProfile|None=None, # links (default: none, free communication)
-                      repeats:int=3) -> Profile:
+                      repeats:int=3,
+                      ties:dict|None=None, # {key: [(layer index, parameter name)]}: tied copies (`models.build(...).ties`)
+                     ) -> Profile:
     "Measure `layers` on this device (partition.profile_layers) into a `Profile`."
     import torch
     from chimera_nb.partition import profile_layers
@@ -316,6 +339,7 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
     dt = str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
     return Profile(model, micro_batch_size, seq_len, dt, lay, c.p2p_latency, c.p2p_bandwidth, c.ar_alpha, c.ar_beta,
                    device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured', comm_overlaps=dev.type == 'cuda',
+                   ties=[(tuple(i for i, _ in places), _param_bytes(layers[places[0][0]], places[0][1])) for places in (ties or {}).values()],
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08_perf_model.ipynb #3273a3af
@@ -520,7 +544,16 @@ def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
     _MEM[key] = (s, out)
     return out
 
-# %% ../nbs/08_perf_model.ipynb #6b0d4c75
+# %% ../nbs/08_perf_model.ipynb #2c192fb0
+def _tie_time(s:Schedule, profile:Profile, dp:int) -> float:
+    "Seconds the runtime spends after the step summing tied copies' gradients, for each tie whose copies live on different ranks."
+    out = 0.0
+    for stages, nbytes in profile.stage_ties(s.num_stages):
+        holders = {r for st in stages for r in s.replicas(st)}
+        if all(set(stages) <= set(s.stages_of(r)) for r in holders): continue  # each rank sums its own copies
+        out += allreduce_time(len(holders) * dp, nbytes, profile.ar_alpha, profile.ar_beta)
+    return out
+
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
             dp:int=1, # W: data-parallel replicas of the pipeline
@@ -537,6 +570,8 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     sp, ar, c = _stage_terms(s, profile, dp)
     fn = _analytic if method == 'analytic' else _simulated
     t, bubble, bd, cf, cb, tl = fn(s, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')
+    tie = _tie_time(s, profile, dp)
+    t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
     mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
@@ -576,7 +611,7 @@ def _simulated(s, sp, ar, c, dp, sync):
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
     return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
 
-# %% ../nbs/08_perf_model.ipynb #0fc55147
+# %% ../nbs/08_perf_model.ipynb #409f41b0
 def calibrate(profile:Profile, # the profile the traced run was predicted with (bytes and links are kept)
               timeline:Timeline, # a measured (or emulated) step
               schedule:Schedule, # what that step ran
@@ -591,7 +626,7 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     lay = [p._replace(name=f'stage{s}', forward_s=med(('F',), s) / k,
                       backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
            for s, p in enumerate(sp)]
-    cal = dataclasses.replace(profile, layers=lay, source=profile.source + '+calibrated')
+    cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated')
     target = timeline.makespan if target is None else _positive(target, 'target')
     span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
     lo, hi = 0.0, max(target, 1e-9)
