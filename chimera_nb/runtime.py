@@ -9,8 +9,9 @@ __all__ = ['HEADER_BYTES', 'microbatch_seed', 'seeded', 'layer_streams', 'layer_
            'call_stage', 'LeafMeta', 'pack', 'empty_message', 'unpack', 'encode_header', 'decode_header',
            'PipelineFailure', 'Comm', 'TorchComm', 'report_failure', 'read_failures', 'ChannelComm', 'ThreadWorld',
            'ThreadComm', 'current_comm', 'run_threads', 'ComputeBackend', 'Stash', 'ModuleCompute', 'EmulatedCompute',
-           'HostClock', 'CudaClock', 'PendingRecv', 'PendingSend', 'PendingReduce', 'StepState', 'PipelineRuntime',
-           'CommError', 'describe', 'NonFiniteLossError', 'EvalResult', 'split_microbatches', 'clip_grad_norm_']
+           'HostClock', 'CudaClock', 'PendingRecv', 'PendingSend', 'PendingReduce', 'StepState', 'resolve_sync',
+           'PipelineRuntime', 'CommError', 'describe', 'NonFiniteLossError', 'EvalResult', 'split_microbatches',
+           'clip_grad_norm_']
 
 # %% ../nbs/06_runtime.ipynb #592f5e92
 import contextlib, datetime, math, numbers, os, pickle, socket, threading, time, zlib
@@ -664,7 +665,16 @@ def _to(x, device):
 
 
 
-# %% ../nbs/06_runtime.ipynb #f05599dd
+# %% ../nbs/06_runtime.ipynb #66323af8
+def resolve_sync(sync:str, # a policy of SYNC_POLICIES, or 'auto'
+                 device, # the runtime's torch.device
+                 emulated:bool=False, # emulated compute (sleeps)
+                ) -> str:
+    "The gradient all-reduce policy to run: `sync`, or for 'auto' 'eager' on CUDA and for emulated compute, else 'end'."
+    if sync != 'auto': return sync
+    return 'eager' if device.type == 'cuda' or emulated else 'end'
+
+# %% ../nbs/06_runtime.ipynb #5c1e938a
 class PipelineRuntime:
     "Executes the lowered program of any `Schedule`: P2P, gradient sync over replicas and data-parallel ranks, tracing."
     def __init__(self,
@@ -676,7 +686,7 @@ class PipelineRuntime:
                  trace:bool=True, # record every action and gather a `Timeline` per step
                  emulate:Costs|None=None, # sleep for these modelled times instead of computing
                  shapes=(1,), # emulated messages' shape (all boundaries) or {stage: shape of its input}
-                 sync:str='eager', # gradient all-reduce policy: 'eager', 'eager-opt' or 'end'
+                 sync:str='auto', # gradient all-reduce policy: 'eager', 'eager-opt', 'end', or 'auto' (see `resolve_sync`)
                  lookahead:int=8, # post receives this many instructions ahead
                  timeout:float=60.0, # seconds any wait may take before the step fails
                  device=None, # default: cuda:LOCAL_RANK when the process group is NCCL, else cpu
@@ -701,7 +711,7 @@ class PipelineRuntime:
             raise ValueError(f"schedule {schedule.name} has D={self.D} ranks and dp_width W={self.W}, so it needs "
                              f"W×D = {self.W * self.D} processes; the world has {self.world}")
         self.prank, self.dp_rank = self.rank % self.D, self.rank // self.D
-        self.program = lower(schedule, sync, dp_width)
+        self.program = lower(schedule, resolve_sync(sync, self.device, emulate is not None), dp_width)
         self.compute = EmulatedCompute(emulate, schedule, shapes) if emulate is not None else ModuleCompute(loss_fn)
         self.emulated = emulate is not None
         self.stages = self._own_stages(stages)
@@ -713,7 +723,7 @@ class PipelineRuntime:
         self._sig_ids, self._told, self._known, self._out_meta = {}, set(), {}, {}
         self._setup()
 
-# %% ../nbs/06_runtime.ipynb #1cdfe545
+# %% ../nbs/06_runtime.ipynb #934e5ebf
 @patch
 def _check_arguments(self:PipelineRuntime, schedule, dp_width, sync, lookahead, timeout, emulate, seed):
     "Refuse bad arguments before any communication, each with what to do instead."
@@ -721,7 +731,7 @@ def _check_arguments(self:PipelineRuntime, schedule, dp_width, sync, lookahead, 
     validate(schedule)
     if not isinstance(dp_width, int) or isinstance(dp_width, bool) or dp_width < 1:
         raise ValueError(f"dp_width must be a positive integer, got {dp_width!r}")
-    if sync not in SYNC_POLICIES: raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES}")
+    if sync not in SYNC_POLICIES + ('auto',): raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES + ('auto',)}")
     if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 1:
         raise ValueError(f"lookahead must be an integer >= 1 (instructions to post receives ahead), got {lookahead!r}")
     if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not (0 < timeout < math.inf):

@@ -24,7 +24,7 @@ from .schedules import make_schedule, SCHEDULES, CHIMERA_CONCAT
 from .program import SYNC_POLICIES
 from .runtime import PipelineRuntime, PipelineFailure, NonFiniteLossError, clip_grad_norm_
 
-# %% ../nbs/07_train.ipynb #7d5deb0c
+# %% ../nbs/07_train.ipynb #7995e2bc
 @dataclass
 class TrainConfig:
     "Everything one training run needs; the flags of `chimera-train` and the keys of its config files."
@@ -52,7 +52,7 @@ class TrainConfig:
     dropout: float|None = None        # override the model's dropout probabilities
     recompute: bool = False           # recompute activations in the backward (less memory)
     dtype: str = 'float32'            # float32, float64, or bfloat16 (autocast on GPUs)
-    sync: str = 'eager'               # gradient all-reduce policy: eager, eager-opt, end
+    sync: str = 'auto'                # gradient all-reduce policy: eager, eager-opt, end, auto (eager on CUDA, end on CPU)
     partition: str = 'params'         # balance the stages by params, time or memory
     eval_every: int = 0               # evaluate every this many steps (0: only at the end)
     eval_batches: int = 2             # global batches per evaluation
@@ -70,7 +70,7 @@ class TrainConfig:
     @property
     def global_batch_size(self) -> int: return self.dp * self.microbatches * self.micro_batch_size
 
-# %% ../nbs/07_train.ipynb #288b67a6
+# %% ../nbs/07_train.ipynb #8c121d8d
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.float32}  # bf16: fp32 weights, autocast
 DECAYS = ('cosine', 'linear', 'constant')
 
@@ -91,7 +91,7 @@ def check_config(cfg:TrainConfig) -> TrainConfig:
         raise ValueError(f"unknown model {cfg.model!r}: a preset ({', '.join(PRESETS)}) or a folder with a saved model")
     if cfg.schedule not in SCHEDULES: raise ValueError(f"unknown schedule {cfg.schedule!r}: choose one of {', '.join(SCHEDULES)}")
     if cfg.concat not in CHIMERA_CONCAT: raise ValueError(f"unknown concat {cfg.concat!r}: choose one of {CHIMERA_CONCAT}")
-    if cfg.sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {cfg.sync!r}: choose one of {SYNC_POLICIES}")
+    if cfg.sync not in SYNC_POLICIES + ('auto',): raise ValueError(f"unknown sync {cfg.sync!r}: choose one of {SYNC_POLICIES + ('auto',)}")
     if cfg.dtype not in DTYPES: raise ValueError(f"unknown dtype {cfg.dtype!r}: choose one of {list(DTYPES)}")
     if cfg.decay not in DECAYS: raise ValueError(f"unknown decay {cfg.decay!r}: choose one of {DECAYS}")
     for name in ('stages', 'dp', 'microbatches', 'micro_batch_size', 'steps', 'eval_batches', 'pipes', 'chunks'):
@@ -480,7 +480,7 @@ def provenance(device=None) -> dict:
     return dict(host=platform.node(), device=name, python=platform.python_version(), torch=torch.__version__,
                 command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
-# %% ../nbs/07_train.ipynb #9b81d72d
+# %% ../nbs/07_train.ipynb #9447bc4d
 def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
     "The run's summary (written beside the metrics), and the last step's measured timeline beside its prediction as HTML."
     steady = times[1:] or times
@@ -492,7 +492,7 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
         from chimera_nb.viz import overlay, save_html
         tl = rt.timeline
         if profile is not None:
-            pred = simulate(rt.schedule, Costs([p.forward_s for p in profile], [p.backward_s for p in profile]), sync=cfg.sync)
+            pred = simulate(rt.schedule, Costs([p.forward_s for p in profile], [p.backward_s for p in profile]), sync=rt.program.sync)
             out['predicted_step_s'], out['measured_step_s'] = pred.makespan, tl.makespan
             fig = overlay(pred, tl)
         else:
