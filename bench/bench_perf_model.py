@@ -9,7 +9,8 @@
 
 Predicted = perf_model.predict(..., method='simulate') (the lowered program with per-stage costs) and Eq. (1)
 ('analytic'), from the isolated profile ("uncalibrated") and after perf_model.calibrate on ONE traced run per group
-(1F1B at the middle B: per-stage time factors and a per-action overhead); the error is averaged over the other runs.
+(1F1B at the middle B, its traced step nearest the median: per-stage time factors and a per-action overhead); the
+error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
@@ -30,7 +31,7 @@ from chimera_nb.simulate import Costs
 SCHEDS = ('gpipe', '1f1b', 'chimera')
 SEQ, WIDTH, G_REAL = 32, 768, 32
 SPLITS_REAL = [(4, 8), (8, 4), (16, 2)]          # (B, N) with B x N = 32
-STEPS, WARMUP = 5, 2
+STEPS, WARMUP = 7, 2
 
 
 def mlp_layers(seed=0):
@@ -78,12 +79,15 @@ def _runs(rank, world, plan, cal_index):
         else:
             stages, loss_fn, batch, ties = _stages(kind, extra)
             rts.append(PipelineRuntime(s, stages, loss_fn, ties=ties, trace=True)); data.append(batch(B * N))
-    ts = [[] for _ in plan]
+    ts, tls = [[] for _ in plan], []
     for step in range(WARMUP + STEPS):
         for i, rt in enumerate(rts):
             dist.barrier(); t = time.perf_counter(); rt.step(*data[i]) if data[i][0] is not None else rt.step(); dist.barrier()
             if step >= WARMUP: ts[i].append(time.perf_counter() - t)
-    return [statistics.median(x) for x in ts], rts[cal_index].timeline
+            if step >= WARMUP and i == cal_index: tls.append(rt.timeline)
+    med = [statistics.median(x) for x in ts]
+    # calibrate on the traced step nearest the median: one step slowed by the host would skew the fitted overhead
+    return med, min(tls, key=lambda tl: abs(tl.makespan - med[cal_index]))
 
 
 def _stage_level(prof, D, k=None, o=None):

@@ -357,7 +357,7 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     ids = torch.randint(0, m.config.vocab_size, (micro_batch_size, s), generator=g)
     return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), micro_batch_size, s, comm, repeats)
 
-# %% ../nbs/08_perf_model.ipynb #2ba326b4
+# %% ../nbs/08_perf_model.ipynb #98ad9de6
 def dependency_times(s:Schedule, # a valid schedule
                      costs:Costs, # compute times (messages and all-reduces count as free)
                     ) -> tuple:
@@ -370,16 +370,18 @@ def dependency_times(s:Schedule, # a valid schedule
         order, i, t, prev = s.orders[r], pos[r], clock[r], last[r]
         while i < len(order):
             a = order[i]; k, st, mb, p = a
-            start, why, blocked = t, prev, None
+            start, why = t, prev
             for dk, o in DEPENDS[k]:
                 if 0 <= st + o < S:
-                    e = end.get((dk, st + o, mb, p))
-                    if e is None: blocked = (dk, st + o, mb, p); break
-                    if e > start: start, why = e, (dk, st + o, mb, p)   # ties: the rank's own previous action
-            if blocked is not None: waiters.setdefault(blocked, []).append(r); break
-            t = end[a] = start + c[k][st]; held_by[a] = why; prev = a; i += 1
-            events.append(new(Event, (r, k, st, mb, p, start, t, -1)))
-            if a in waiters: stack.extend(waiters.pop(a))
+                    d = (dk, st + o, mb, p); e = end.get(d)
+                    if e is None: break                        # not done yet: wait for it
+                    if e > start: start, why = e, d            # ties: the rank's own previous action
+            else:
+                t = end[a] = start + c[k][st]; held_by[a] = why; prev = a; i += 1
+                events.append(new(Event, (r, k, st, mb, p, start, t, -1)))
+                if a in waiters: stack.extend(waiters.pop(a))
+                continue
+            waiters.setdefault(d, []).append(r); break
         pos[r], clock[r], last[r] = i, t, prev
     stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
     if stuck: raise ScheduleError(f"schedule {s.name} deadlocks at ranks {stuck[:8]}: validate it to see where")

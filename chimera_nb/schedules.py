@@ -382,7 +382,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #12261cb0
+# %% ../nbs/00_schedules.ipynb #3a187986
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -392,8 +392,9 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
     actions = list(actions)
     aset = set(actions)
     succ, missing = defaultdict(list), {}
-    for a in actions:
-        ds = [d for d in dependencies(a, num_stages) if d in aset]
+    for a in actions:  # `dependencies` without building Actions: plain tuples hash and compare like them
+        k, st, mb, p = a
+        ds = [d for dk, o in DEPENDS[k] if 0 <= st + o < num_stages and (d := (dk, st + o, mb, p)) in aset]
         missing[a] = len(ds)
         for d in ds: succ[d].append(a)
     ready = [[] for _ in range(num_ranks)]
