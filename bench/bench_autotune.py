@@ -29,16 +29,20 @@ kw = dict(micro_batch_sizes=Bs, depths=Ds, schedules=scheds or list(SCHEDULES))
 first = autotune(P, G, model=model, hardware=HARDWARE['p100-daint'], **kw)
 shapes = autotune(P, G, model=model, hardware=HARDWARE['b200'], **kw)
 preds = autotune(P, G, model=model, hardware=HARDWARE['p100-daint'], memory_limit=8 * 2**30, **kw)
-print(json.dumps(dict(n=first.evaluated, first=first.rate, first_s=first.seconds, shapes=shapes.rate, preds=preds.rate,
+import chimera_nb
+print(json.dumps(dict(module=chimera_nb.__file__, n=first.evaluated, first=first.rate, first_s=first.seconds, shapes=shapes.rate, preds=preds.rate,
                       best=f"{first.ranking.iloc[0]['label']} W={first.best.W} D={first.best.D} B={first.best.B} N={first.best.N}")))
 """
 
 
 def search(args, where):
     env = dict(os.environ, PYTHONPATH=str(where))
-    out = subprocess.run([sys.executable, '-c', CHILD, json.dumps(args)], capture_output=True, text=True, timeout=600, env=env)
+    # run in `where`: `python -c` puts the working folder first on sys.path, before PYTHONPATH
+    out = subprocess.run([sys.executable, '-c', CHILD, json.dumps(args)], capture_output=True, text=True, timeout=600, env=env, cwd=where)
     if out.returncode: raise RuntimeError(f"search {args} in {where}: {out.stderr[-2000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(r['module']).resolve().parent.parent != Path(where).resolve(): raise RuntimeError(f"imported {r['module']}, not from {where}")
+    return r
 
 
 def main():

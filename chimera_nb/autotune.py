@@ -193,7 +193,7 @@ def _evaluate(c:TuneConfig, prof_at, limit, optimizer, method):
         return p, f"out of memory on rank {k} (stages {s.stages_of(k)}): {p.memory[k] / 2**30:.3g} GiB > limit {lim / 2**30:.3g} GiB"
     return p, None
 
-# %% ../nbs/09_autotune.ipynb #406b710d
+# %% ../nbs/09_autotune.ipynb #b9d56a18
 def autotune(gpus:int, # P
              global_batch:int|Sequence[int], # G, or several
              profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
@@ -220,7 +220,10 @@ def autotune(gpus:int, # P
                        for r in ok[:refine]]
     cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB',
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'config']
-    rank = pd.DataFrame(ok, columns=cols).sort_values('throughput', ascending=False, kind='stable').reset_index(drop=True)
+    rank = pd.DataFrame(ok, columns=cols)
+    # best first; among equal predictions (GPipe and 1F1B at N = D) the one needing less memory
+    rank = (rank.assign(_key=(rank.throughput / rank.throughput.max()).round(9) if len(rank) else rank.throughput)
+                .sort_values(['_key', 'memory_GiB'], ascending=[False, True], kind='stable').drop(columns='_key').reset_index(drop=True))
     rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'config'])
     if len(rank): validate(rank['config'].iloc[0].make())
     return Tuning(rank, rej, time.perf_counter() - t0, len(ok) + len(bad))
