@@ -10,11 +10,11 @@ __all__ = ['HARDWARE', 'Hardware', 'check_hardware', 'Profile', 'estimate_profil
            'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'calibrate',
            'plot_breakdown']
 
-# %% ../nbs/08_perf_model.ipynb #d419d41c
+# %% ../nbs/08_perf_model.ipynb #14569360
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
-from .schedules import Schedule, make_schedule, SCHEDULES, DEPENDS, ScheduleError
+from .schedules import Schedule, make_schedule, SCHEDULES, replay
 from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
@@ -359,35 +359,14 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     ids = torch.randint(0, m.config.vocab_size, (micro_batch_size, s), generator=g)
     return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), micro_batch_size, s, comm, repeats)
 
-# %% ../nbs/08_perf_model.ipynb #98ad9de6
+# %% ../nbs/08_perf_model.ipynb #e7b25d58
 def dependency_times(s:Schedule, # a valid schedule
                      costs:Costs, # compute times (messages and all-reduces count as free)
                     ) -> tuple:
     "(compute events, {action: the dependency that made it wait, or its rank's previous action, or None}) of `s`."
-    c, S, n = costs.action_costs(s), s.num_stages, s.num_ranks
-    end, held_by, waiters, events, new = {}, {}, {}, [], tuple.__new__
-    pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
-    while stack:
-        r = stack.pop()
-        order, i, t, prev = s.orders[r], pos[r], clock[r], last[r]
-        while i < len(order):
-            a = order[i]; k, st, mb, p = a
-            start, why = t, prev
-            for dk, o in DEPENDS[k]:
-                if 0 <= st + o < S:
-                    d = (dk, st + o, mb, p); e = end.get(d)
-                    if e is None: break                        # not done yet: wait for it
-                    if e > start: start, why = e, d            # ties: the rank's own previous action
-            else:
-                t = end[a] = start + c[k][st]; held_by[a] = why; prev = a; i += 1
-                events.append(new(Event, (r, k, st, mb, p, start, t, -1)))
-                if a in waiters: stack.extend(waiters.pop(a))
-                continue
-            waiters.setdefault(d, []).append(r); break
-        pos[r], clock[r], last[r] = i, t, prev
-    stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
-    if stuck: raise ScheduleError(f"schedule {s.name} deadlocks at ranks {stuck[:8]}: validate it to see where")
-    return events, held_by
+    ran, held_by = replay(s, costs.action_costs(s))  # the validator's walk, timed
+    new = tuple.__new__
+    return [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in ran], held_by
 
 # %% ../nbs/08_perf_model.ipynb #6fda8876
 def critical_path(events:list, # compute events of `dependency_times`

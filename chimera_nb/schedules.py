@@ -336,36 +336,47 @@ def _check_complete(s:Schedule):
                         raise ScheduleError(f"rank {r}: action {Action(k, st, mb, p).token()} is missing "
                                             f"(every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #0a011457
-def replay(s:Schedule) -> None:
-    "Run every rank's list in dependency order; raise `ScheduleError` naming each stuck rank if the lists deadlock."
-    S, done, pos = s.num_stages, set(), [0] * s.num_ranks
-    waiters = defaultdict(list)  # action -> ranks blocked on it; a rank is re-examined only when that completes
-    stack = list(range(s.num_ranks))
+# %% ../nbs/00_schedules.ipynb #920180ba
+def replay(s:Schedule, # the schedule
+           durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
+          ) -> tuple:
+    """Run every rank's list in dependency order; raise `ScheduleError` naming each stuck rank if the lists deadlock.
+    Returns ([(rank, action, start, end)] as run, {action: the dependency that made it wait, else the rank's previous
+    action, or None}): the performance model times shapes with it, the validator only checks it ends."""
+    S, n = s.num_stages, s.num_ranks
+    end, held_by, waiters, ran = {}, {}, {}, []  # waiters: action -> ranks blocked on it, re-examined when it completes
+    pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
     while stack:
         r = stack.pop()
-        order, i = s.orders[r], pos[r]
+        order, i, t, prev = s.orders[r], pos[r], clock[r], last[r]
         while i < len(order):
-            a = order[i]
-            blocked = None
-            for k, o in DEPENDS[a[0]]:
-                st = a[1] + o
-                if 0 <= st < S and (k, st, a[2], a[3]) not in done: blocked = (k, st, a[2], a[3]); break
-            if blocked is not None: waiters[blocked].append(r); break
-            done.add(a); i += 1
-            if a in waiters: stack.extend(waiters.pop(a))
-        pos[r] = i
-    stuck = [r for r in range(s.num_ranks) if pos[r] < len(s.orders[r])]
+            a = order[i]; k, st, mb, p = a
+            start, why = t, prev
+            for dk, o in DEPENDS[k]:
+                if 0 <= st + o < S:
+                    d = (dk, st + o, mb, p); e = end.get(d)
+                    if e is None: break                        # not done yet: wait for it
+                    if e > start: start, why = e, d            # ties: the rank's own previous action
+            else:
+                t = end[a] = start + durations[k][st] if durations is not None else start
+                held_by[a] = why; prev = a; i += 1
+                ran.append((r, a, start, t))
+                if a in waiters: stack.extend(waiters.pop(a))
+                continue
+            waiters.setdefault(d, []).append(r); break
+        pos[r], clock[r], last[r] = i, t, prev
+    stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
     if stuck:
         msgs = []
         for r in stuck:
             a = s.orders[r][pos[r]]
-            d = next(d for d in dependencies(a, S) if d not in done)
+            d = next(d for d in dependencies(a, S) if d not in end)
             home = s.placement[(d.pipe, d.stage)]
             where = (f"which comes later on the same rank (step {s.orders[r].index(d)})" if home == r
                      else f"from rank {home}, which is itself stuck")
             msgs.append(f"rank {r}, step {pos[r]}: {a.token()} waits for {d.token()} {where}")
         raise ScheduleError("schedule deadlocks:\n  " + '\n  '.join(msgs))
+    return ran, held_by
 
 # %% ../nbs/00_schedules.ipynb #ea56c00c
 def validate(s:Schedule) -> Schedule:
