@@ -21,7 +21,8 @@ import dataclasses, statistics, sys, time
 import torch
 import torch.distributed as dist
 from torch import nn
-from chimera_nb.autotune import autotune, TuneConfig
+from chimera_nb.autotune import autotune
+from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build
 from chimera_nb.partition import LayerProfile, Stage
@@ -74,7 +75,7 @@ def _runs(rank, world, plan, cal_index):
     timeline); returns the median step seconds of each and the timeline of plan[cal_index]."""
     rts, data = [], []
     for i, (kind, name, B, N, extra) in enumerate(plan):
-        s = TuneConfig(name, 1, world, B, N).make()
+        s = make_schedule(name, world, N)
         if kind == 'emulated':
             rts.append(PipelineRuntime(s, None, emulate=extra, shapes=(B, 64), trace=True)); data.append((None, None))
         else:
@@ -149,7 +150,7 @@ def main():
         mid = sorted({B for _, _, B, _, _ in plan})[len({B for _, _, B, _, _ in plan}) // 2]
         ci = next(i for i, (_, name, B, _, _) in enumerate(plan) if name == '1f1b' and B == mid)
         meas, tl = launch_local(_runs, D, plan, ci, timeout=900)[0]
-        s_cal = TuneConfig('1f1b', 1, D, mid, plan[ci][3]).make()
+        s_cal = make_schedule('1f1b', D, plan[ci][3])
         base = _stage_level(profs[mid], D)
         cal = calibrate(base, tl, s_cal, target=meas[ci])
         k = [(c.forward_s / b.forward_s, c.backward_s / b.backward_s) for c, b in zip(cal.layers, base.layers)]
@@ -158,7 +159,7 @@ def main():
               f"x{statistics.fmean(b for _, b in k):.2f} (B), overhead {(cal.p2p_latency - comm.p2p_latency) * 1e3:.2f} ms per action "
               f"({time.time() - t0:.0f} s)", flush=True)
         for i, ((kind, name, B, N, _), m) in enumerate(zip(plan, meas)):
-            s = TuneConfig(name, 1, D, B, N).make()
+            s = make_schedule(name, D, N)
             raw, sim, ana = (predict(p, s, method=k_, memory=False).iteration_s
                              for p, k_ in ((_stage_level(profs[B], D), 'simulate'), (cals[group, D][B], 'simulate'), (cals[group, D][B], 'analytic')))
             rows.append(dict(run=group, D=D, schedule=name, B=B, N=N, measured=m, raw=raw, simulate=sim, analytic=ana, cal=i == ci))
@@ -187,7 +188,7 @@ def main():
         tu = autotune(D, G, profile=pmap, schedules=list(SCHEDS), micro_batch_sizes=Bs, depths=[D], recompute=[False],
                       method='simulate', memory_limit=1e15)
         # its first choice among the configurations measured (it also ranks Chimera's other variants, not run here)
-        c = next(x for x in tu.ranking['config'] if (x.schedule, x.B, x.N) in meas and x.pipes == 2 and x.concat == 'direct')
+        c = next(x for x in tu.ranking['spec'] if (x.schedule, x.B, x.N) in meas and x.pipes == 2 and x.concat == 'direct')
         first = (c.schedule, c.B, c.N)
         best = min(meas, key=meas.get)
         ok = meas[first] <= 1.05 * meas[best]

@@ -19,6 +19,7 @@ from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule
 from chimera_nb.simulate import Costs, simulate
 from chimera_nb.train import TrainConfig, prepare_data, split_batch
+from chimera_nb.spec import PipelineSpec
 
 N, MBS, SEQ = 8, 8, 32   # micro-batches, micro-batch size, tokens: a global batch of 64 sequences, 2048 tokens
 
@@ -69,7 +70,7 @@ def _table(title, times, base):
 
 
 def main(steps=15, warmup=3):
-    td = prepare_data(TrainConfig(model='bert-tiny', seq_len=SEQ, microbatches=N, micro_batch_size=MBS))
+    td = prepare_data(TrainConfig(PipelineSpec(model='bert-tiny', schedule='1f1b', D=1, seq_len=SEQ, N=N, B=MBS)))
     res = launch_local(_real, 2, td, steps, warmup, threads=1, timeout=900)
     times = {k: max(r[k] for r in res) for k in res[0]}
     _table(f"Real compute: bert-tiny masked-LM, D = 2 ranks x 1 thread, N = {N} micro-batches of {MBS} x {SEQ} tokens "

@@ -58,10 +58,11 @@ def training_demo(stages:int=4, # D = local processes
                   out=None):
     "Pre-train a small BERT (masked-LM) on the Wikipedia slice with Chimera on `stages` local processes."
     from chimera_nb.train import TrainConfig, train
+    from chimera_nb.spec import PipelineSpec
     out = out or sys.stdout
     Path(metrics).unlink(missing_ok=True)
-    cfg = TrainConfig(model='bert-tiny', task='mlm', data='wikipedia', schedule='chimera', stages=stages, microbatches=stages,
-                      micro_batch_size=4, steps=steps, lr=1e-2, warmup=3, local_ranks=stages, metrics=metrics, progress=False)
+    cfg = TrainConfig(PipelineSpec(model='bert-tiny', schedule='chimera', D=stages, N=stages, B=4), task='mlm', data='wikipedia',
+                      steps=steps, lr=1e-2, warmup=3, local_ranks=stages, metrics=metrics, progress=False)
     print(f"\nPre-training {cfg.model} (masked-LM, Wikipedia slice) with Chimera on {stages} local processes, {steps} steps "
           f"of {cfg.global_batch_size} sequences:", file=out)
     res = train(cfg)

@@ -22,6 +22,7 @@ from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
 from .train import TrainConfig, prepare_data, split_batch, provenance
+from .spec import PipelineSpec
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 MODES = ('dp', 'pipeline')
@@ -68,8 +69,8 @@ def check_infer_config(cfg:InferConfig) -> InferConfig:
 
 # %% ../nbs/13_infer.ipynb #72eedc03
 def _train_config(cfg:InferConfig, batch:int) -> TrainConfig:
-    return TrainConfig(model=cfg.model, task='classify', data='reuters-r8', stages=1, microbatches=1, micro_batch_size=batch,
-                       seq_len=cfg.seq_len, seed=cfg.seed, progress=False)
+    spec = PipelineSpec(model=cfg.model, schedule='1f1b', D=1, N=1, B=batch, seq_len=cfg.seq_len)
+    return TrainConfig(spec, task='classify', data='reuters-r8', seed=cfg.seed, progress=False)
 
 def inputs_for(cfg:InferConfig, batch:int, td=None) -> tuple:
     "(inputs, labels, task data) of one batch of `batch` sequences of `cfg.seq_len` tokens."

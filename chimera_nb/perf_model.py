@@ -7,10 +7,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 # %% auto #0
 __all__ = ['HARDWARE', 'Hardware', 'check_hardware', 'Profile', 'estimate_profile', 'CommProfile', 'measure_comm',
            'profile_layers_as', 'profile_model', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info',
-           'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'calibrate',
-           'plot_breakdown']
+           'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'resolve_sync',
+           'predict_spec', 'calibrate', 'plot_breakdown']
 
-# %% ../nbs/08_perf_model.ipynb #14569360
+# %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
@@ -19,8 +19,9 @@ from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
 from .models import PRESETS
+from .spec import PipelineSpec
 
-# %% ../nbs/08_perf_model.ipynb #bcd315b8
+# %% ../nbs/08_perf_model.ipynb #aae54c68
 def _positive(v, what:str, zero:bool=False) -> float:
     "`v` as a float if it is a finite real number > 0 (>= 0 if `zero`), else a ValueError naming `what`."
     if isinstance(v, bool) or not isinstance(v, numbers.Real): raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r}")
@@ -29,7 +30,7 @@ def _positive(v, what:str, zero:bool=False) -> float:
         raise ValueError(f"{what} must be a finite number {'>= 0' if zero else '> 0'}, got {v}")
     return v
 
-# %% ../nbs/08_perf_model.ipynb #59a7be73
+# %% ../nbs/08_perf_model.ipynb #7b7a7f57
 class Hardware(NamedTuple):
     "One accelerator and its links, from public specifications (see `assumed` for what is not)."
     name: str
@@ -49,7 +50,7 @@ class Hardware(NamedTuple):
         "Achieved FLOP/s on a micro-batch of `tokens` tokens."
         return self.peak_flops * self.efficiency * tokens / (tokens + self.half_tokens)
 
-# %% ../nbs/08_perf_model.ipynb #e51e3908
+# %% ../nbs/08_perf_model.ipynb #7395bbe5
 _GB = 1e9
 HARDWARE = {
     'p100-daint': Hardware('p100-daint', 9.3e12, 16 * 2**30, 30e-6, 8 * _GB, 30e-6, 1 / (8 * _GB), 0.45, 256, 'float32',
@@ -68,7 +69,7 @@ HARDWARE = {
         source='NVIDIA L4 data sheet: 24 GB GDDR6, 242 TFLOP/s BF16 with sparsity (121 dense)'),
 }
 
-# %% ../nbs/08_perf_model.ipynb #4da2a56e
+# %% ../nbs/08_perf_model.ipynb #6d9717a0
 def check_hardware(h:Hardware) -> Hardware:
     "`h` if its resources are usable (positive FLOP/s, memory, bandwidths; efficiency in (0, 1]), else a ValueError naming the field."
     for n in ('peak_flops', 'memory_bytes', 'p2p_bandwidth', 'half_tokens'): _positive(getattr(h, n), f"Hardware.{n}")
@@ -76,7 +77,7 @@ def check_hardware(h:Hardware) -> Hardware:
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     return h
 
-# %% ../nbs/08_perf_model.ipynb #0a8192f1
+# %% ../nbs/08_perf_model.ipynb #9f41d560
 @dataclass
 class Profile:
     "Per-layer costs of `model` at one micro-batch size, and the links, on one device."
@@ -111,7 +112,7 @@ class Profile:
         bad = [i for ls, _ in self.ties for i in ls if not 0 <= i < len(self.layers)]
         if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{len(self.layers) - 1}")
 
-# %% ../nbs/08_perf_model.ipynb #b158f8a1
+# %% ../nbs/08_perf_model.ipynb #1711825b
 import functools
 @functools.cache
 def _versions() -> dict:
@@ -123,7 +124,7 @@ def _versions() -> dict:
         except Exception: pass
     return dict(out)
 
-# %% ../nbs/08_perf_model.ipynb #251c7327
+# %% ../nbs/08_perf_model.ipynb #15e31972
 from fastcore.basics import patch
 
 @patch
@@ -164,7 +165,7 @@ def check(self:Profile, model:str) -> Profile:
                          f"or estimate it with `estimate_profile({model!r}, HARDWARE[...])`")
     return self
 
-# %% ../nbs/08_perf_model.ipynb #9ef20b7c
+# %% ../nbs/08_perf_model.ipynb #8d53a0ea
 @patch
 def at(self:Profile, micro_batch_size:int) -> Profile:
     "This profile at another micro-batch size."
@@ -178,7 +179,7 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
                       peak_bytes=int((l.peak_bytes - l.param_bytes) * k) + l.param_bytes) for l in self.layers]
     return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=lay)
 
-# %% ../nbs/08_perf_model.ipynb #22223eae
+# %% ../nbs/08_perf_model.ipynb #96651613
 def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
     "One stage's profile from its layers' (workspace: the largest of its layers')."
     work = max(max(0, l.peak_bytes - l.saved_bytes - l.param_bytes) for l in layers)
@@ -213,7 +214,7 @@ def stage_ties(self:Profile, stages:int) -> list:
         cache['ties', stages] = [(tuple(sorted({where(i) for i in ls})), nb) for ls, nb in self.ties]
     return cache['ties', stages]
 
-# %% ../nbs/08_perf_model.ipynb #b2931a8b
+# %% ../nbs/08_perf_model.ipynb #2707e020
 _DTYPE_BYTES = {'float32': 4, 'bfloat16': 2, 'float16': 2, 'float64': 8}
 
 def _transformer_dims(model:str) -> tuple:
@@ -226,7 +227,7 @@ def _transformer_dims(model:str) -> tuple:
         return 'bert', c['hidden_size'], c['num_hidden_layers'], c['num_attention_heads'], c['intermediate_size'], c['vocab_size'], c['max_position_embeddings'], p.seq_len
     return 'gpt2', c['n_embd'], c['n_layer'], c['n_head'], 4 * c['n_embd'], c['vocab_size'], c['n_positions'], p.seq_len
 
-# %% ../nbs/08_perf_model.ipynb #da4bbb3d
+# %% ../nbs/08_perf_model.ipynb #223ca920
 def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                      hardware:Hardware, # the device and links (HARDWARE[...])
                      micro_batch_size:int=1,
@@ -255,7 +256,7 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(_versions()),
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
-# %% ../nbs/08_perf_model.ipynb #3b71ab4c
+# %% ../nbs/08_perf_model.ipynb #bdb7f3d9
 class CommProfile(NamedTuple):
     "Links measured between processes: point-to-point latency and bandwidth, all-reduce α and β."
     p2p_latency: float
@@ -272,7 +273,7 @@ def _fit(xs, ys) -> tuple:
     slope = max(slope, 1e-15)
     return max(my - slope * mx, 0.0), slope
 
-# %% ../nbs/08_perf_model.ipynb #5ac59d82
+# %% ../nbs/08_perf_model.ipynb #41ed399d
 def _comm_bench(rank, world, sizes, repeats, device):
     import torch, torch.distributed as dist
     pp, ar = [], []
@@ -296,7 +297,7 @@ def _comm_bench(rank, world, sizes, repeats, device):
         ar.append(statistics.median(ts))
     return pp, ar
 
-# %% ../nbs/08_perf_model.ipynb #751fa286
+# %% ../nbs/08_perf_model.ipynb #8a1fcc6d
 def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
                  sizes:Sequence[int]=(4096, 65536, 1 << 20, 4 << 20), # message bytes
                  repeats:int=5,
@@ -316,7 +317,7 @@ def measure_comm(world:int=2, # processes (real ones: launch.launch_local)
     r = world
     return CommProfile(lat, 1 / inv_bw, a / (2 * math.log2(r)), b / (2 * (r - 1) / r), 'nccl' if device != 'cpu' else 'gloo', world)
 
-# %% ../nbs/08_perf_model.ipynb #b3b798f3
+# %% ../nbs/08_perf_model.ipynb #7363054e
 def _param_bytes(layer, name:str) -> int:
     try: p = layer.get_parameter(name)
     except AttributeError as e: raise ValueError(f"tie names parameter {name!r}, which the layer does not have: {e}") from e
@@ -344,7 +345,7 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
                    ties=[(tuple(i for i, _ in places), _param_bytes(layers[places[0][0]], places[0][1])) for places in (ties or {}).values()],
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
-# %% ../nbs/08_perf_model.ipynb #3273a3af
+# %% ../nbs/08_perf_model.ipynb #756fbd54
 def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
                   micro_batch_size:int=2, seq_len:int|None=None,
                   comm:CommProfile|None=None, # measured links (`measure_comm()`), or None
@@ -359,7 +360,7 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     ids = torch.randint(0, m.config.vocab_size, (micro_batch_size, s), generator=g)
     return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), micro_batch_size, s, comm, repeats)
 
-# %% ../nbs/08_perf_model.ipynb #e7b25d58
+# %% ../nbs/08_perf_model.ipynb #b350cdde
 def dependency_times(s:Schedule, # a valid schedule
                      costs:Costs, # compute times (messages and all-reduces count as free)
                     ) -> tuple:
@@ -368,7 +369,7 @@ def dependency_times(s:Schedule, # a valid schedule
     new = tuple.__new__
     return [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in ran], held_by
 
-# %% ../nbs/08_perf_model.ipynb #6fda8876
+# %% ../nbs/08_perf_model.ipynb #72b09810
 def critical_path(events:list, # compute events of `dependency_times`
                   held_by:dict, # what made each action wait, from `dependency_times`
                  ) -> list:
@@ -378,7 +379,7 @@ def critical_path(events:list, # compute events of `dependency_times`
     while a is not None: path.append(a); a = held_by[a]
     return path[::-1]
 
-# %% ../nbs/08_perf_model.ipynb #c8621e70
+# %% ../nbs/08_perf_model.ipynb #ed8d25df
 class ShapeInfo(NamedTuple):
     "What depends only on a schedule's shape: its critical path and per-rank work in (F, B_t) units, and all-reduce start times."
     schedule: Schedule
@@ -391,7 +392,7 @@ class ShapeInfo(NamedTuple):
     compute_end: list       # per rank, its last compute's end at F = 1
     timeline: Timeline      # the compute at F = 1 (memory estimates read its order)
 
-# %% ../nbs/08_perf_model.ipynb #eee1778e
+# %% ../nbs/08_perf_model.ipynb #14ce29f3
 def _unit_costs(s:Schedule, ratio:float) -> Costs:
     "F = 1 and B_t = `ratio` (recomputation's forward included); split backwards: B = W = ratio/2."
     if s.split_backward: return Costs(1.0, max(0.0, ratio / 2 - (1 if s.recompute else 0)), ratio / 2, allreduce=1e-9)
@@ -402,7 +403,7 @@ def _count(kinds, s:Schedule) -> tuple:
     kinds, k = list(kinds), s.stage_fraction * s.microbatch_scale
     return k * kinds.count('F'), k * (0.5 if s.split_backward else 1.0) * (kinds.count('B') + kinds.count('W'))
 
-# %% ../nbs/08_perf_model.ipynb #a2340322
+# %% ../nbs/08_perf_model.ipynb #9638fc8e
 def _reduce_starts(s:Schedule, sync:str, dp_width:int, end:dict, rank_end:list) -> list:
     "(stage, start) of each all-reduce, sorted by start: when the last of its replicas issued it (`program.reduce_points`)."
     issued = {}
@@ -411,7 +412,7 @@ def _reduce_starts(s:Schedule, sync:str, dp_width:int, end:dict, rank_end:list) 
             issued[st] = max(issued.get(st, 0.0), rank_end[r] if a is None else end[a])
     return sorted(issued.items(), key=lambda x: x[1])
 
-# %% ../nbs/08_perf_model.ipynb #c0734097
+# %% ../nbs/08_perf_model.ipynb #a0b065dd
 _SHAPES = {}
 
 def shape_info(s:Schedule, # a schedule (its recompute flag counts)
@@ -433,7 +434,7 @@ def shape_info(s:Schedule, # a schedule (its recompute flag counts)
     _SHAPES[key] = info
     return info
 
-# %% ../nbs/08_perf_model.ipynb #f2451c72
+# %% ../nbs/08_perf_model.ipynb #dbf9be3a
 def allreduce_time(replicas:int, # r
                    nbytes:float, # L: bytes of the gradients
                    alpha:float, # s per step
@@ -444,7 +445,7 @@ def allreduce_time(replicas:int, # r
     if replicas == 1: return 0.0
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 
-# %% ../nbs/08_perf_model.ipynb #b9d80152
+# %% ../nbs/08_perf_model.ipynb #72a51657
 def unoverlapped(info:ShapeInfo, # the shape
                  scale:float, # seconds per unit F of the shape's timeline
                  ar:Sequence[float], # all-reduce seconds of each stage
@@ -459,7 +460,7 @@ def unoverlapped(info:ShapeInfo, # the shape
         for r in reps: free[r] = start + ar[st]
     return max(0.0, max(free) - end)
 
-# %% ../nbs/08_perf_model.ipynb #77cbd07e
+# %% ../nbs/08_perf_model.ipynb #aa0bf5e7
 class Breakdown(NamedTuple):
     "Where an iteration's time goes (seconds; the parts add up to it)."
     compute: float     # the average rank's F, B, W
@@ -491,7 +492,7 @@ class Prediction:
                 f"{self.method}: {self.iteration_s * 1e3:.4g} ms, {self.throughput:.4g} samples/s, bubble {self.bubble_ratio:.3f}, "
                 f"{self.memory_per_gpu / 2**30:.3g} GiB)")
 
-# %% ../nbs/08_perf_model.ipynb #b1246eee
+# %% ../nbs/08_perf_model.ipynb #631362f6
 def label(s:Schedule) -> str:
     "A short name of `s` with its options."
     o = s.options
@@ -506,7 +507,7 @@ def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
         raise ValueError(f"{label(s)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
                          f"{len(profile.layers)} layers: use fewer stages")
 
-# %% ../nbs/08_perf_model.ipynb #69d7131f
+# %% ../nbs/08_perf_model.ipynb #fe5739fb
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
     sp = profile.stage_profiles(s.num_stages)
@@ -527,7 +528,7 @@ def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
     _MEM[key] = (s, out)
     return out
 
-# %% ../nbs/08_perf_model.ipynb #2c192fb0
+# %% ../nbs/08_perf_model.ipynb #d3d5170c
 def _tie_time(s:Schedule, profile:Profile, dp:int) -> float:
     "Seconds the runtime spends after the step summing tied copies' gradients, for each tie whose copies live on different ranks."
     out = 0.0
@@ -560,7 +561,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, cf, cb)
 
-# %% ../nbs/08_perf_model.ipynb #b357ff8e
+# %% ../nbs/08_perf_model.ipynb #0dd92672
 def _analytic(s, sp, ar, c, dp, sync):
     "Eq. (1) with the shape's C_f, C_b; B_t = the slowest stage's backward (with its recomputed forward)."
     k = s.stage_fraction  # the profile's stages are already the schedule's: times of one of D equal stages
@@ -574,7 +575,7 @@ def _analytic(s, sp, ar, c, dp, sync):
     bd = Breakdown(busy, c * (info.cf + info.cb), comp - busy - c * (info.cf + info.cb), u)
     return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb, info.timeline
 
-# %% ../nbs/08_perf_model.ipynb #f310bcf7
+# %% ../nbs/08_perf_model.ipynb #09d496f4
 def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     "The simulator's costs: every stage's own times (backward includes W: the profile does not split them)."
     f = [p.forward_s for p in sp]
@@ -594,7 +595,24 @@ def _simulated(s, sp, ar, c, dp, sync):
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
     return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
 
-# %% ../nbs/08_perf_model.ipynb #409f41b0
+# %% ../nbs/08_perf_model.ipynb #8d171c5c
+def resolve_sync(sync:str, profile:Profile) -> str:
+    "A spec's sync policy for a prediction: 'auto' is eager where all-reduces overlap compute (GPUs), else at the end."
+    return sync if sync != 'auto' else ('eager' if profile.comm_overlaps else 'end')
+
+def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and options, recompute, sync, hardware
+                 profile:Profile|None=None, # measured costs (scaled to spec.B); default: estimated from the spec's model and hardware
+                 method:str='simulate', optimizer:str='adamw') -> Prediction:
+    "Predict one iteration of the run `spec` describes."
+    if profile is None:
+        if spec.hardware is None or spec.model is None:
+            raise ValueError(f"cannot estimate {spec}: give profile= (a measured Profile) or a spec with a model and a hardware preset")
+        if spec.hardware.endswith('.json'): profile = Profile.load(spec.hardware, spec.model)
+        else: profile = estimate_profile(spec.model, HARDWARE[spec.hardware], spec.B, spec.seq_len, spec.dtype)
+    profile = profile.at(spec.B)
+    return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile), method, optimizer)
+
+# %% ../nbs/08_perf_model.ipynb #d2cc75d2
 def calibrate(profile:Profile, # the profile the traced run was predicted with (bytes and links are kept)
               timeline:Timeline, # a measured (or emulated) step
               schedule:Schedule, # what that step ran
@@ -619,7 +637,7 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
         lo, hi = (mid, hi) if span(mid) < target else (lo, mid)
     return dataclasses.replace(cal, p2p_latency=profile.p2p_latency + (lo + hi) / 2)
 
-# %% ../nbs/08_perf_model.ipynb #8b228927
+# %% ../nbs/08_perf_model.ipynb #4f16c085
 def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
     "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce."
     import plotly.graph_objects as go

@@ -1,4 +1,4 @@
-"""One app for the whole path: pick a model, GPUs and a batch; the autotuner ranks the configurations; the chosen one is shown as a schedule, a per-GPU memory table and a time breakdown, and becomes a `train.TrainConfig`.
+"""One app for the whole path: pick a model, GPUs and a batch; the autotuner ranks the configurations; the chosen `PipelineSpec` is shown as a schedule, a per-GPU memory table and a time breakdown, and goes to training and the SLURM job as it is.
 
 Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 
@@ -7,21 +7,24 @@ Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 # %% auto #0
 __all__ = ['SLURM_PRESETS', 'Playground']
 
-# %% ../nbs/12_playground.ipynb #81e856e1
+# %% ../nbs/12_playground.ipynb #6af31083
 import html, math
-import ipywidgets as W
+import ipywidgets as W, traitlets
 import plotly.graph_objects as go
-from .autotune import autotune, TuneConfig, Tuning
-from .perf_model import HARDWARE, Profile, estimate_profile, predict, plot_breakdown
+from .autotune import autotune, Tuning
+from .spec import PipelineSpec, TrainConfig
+from .perf_model import HARDWARE, Profile, estimate_profile, predict, plot_breakdown, resolve_sync
 from .partition import memory_estimate, MEMORY_PARTS
 from .models import PRESETS
 from .viz import Explorer
 
-# %% ../nbs/12_playground.ipynb #441f48a5
+# %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2')]
 
 class Playground(W.VBox):
-    "Autotuner, schedule explorer, memory table and breakdown in one widget app."
+    "Autotuner, schedule explorer, memory table and breakdown in one widget app; `.spec` is the chosen configuration."
+    spec = traitlets.Instance(PipelineSpec, allow_none=True)   # the chosen spec (None until a search); the explorer follows it
+
     def __init__(self, model:str='bert-48', hardware:str='b200', gpus:int=8, global_batch:int=128, memory_gib:float|None=None,
                  micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None):
         st = dict(description_width='initial')
@@ -36,18 +39,23 @@ class Playground(W.VBox):
         self.choice = W.Dropdown(options=[], description='configuration', style=st, layout=W.Layout(width='640px'))
         self.explorer = Explorer(memory=False, width=900)
         self.breakdown = go.FigureWidget()
-        self.actions = W.HBox([])   # other tools (the SLURM launcher) add their buttons here
-        self.profile, self.micro_batch_sizes, self.tuning, self.chosen, self._callbacks = profile, tuple(micro_batch_sizes), None, None, []
-        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button]), self.message,
-                          self.table, W.HBox([self.choice, self.actions]), self.details, self.breakdown, self.explorer])
+        self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
+        self.actions = W.HBox([self.slurm_button])   # other tools add their buttons here
+        self.profile, self.micro_batch_sizes, self.tuning, self._callbacks = profile, tuple(micro_batch_sizes), None, []
+        wrap = W.Layout(flex_flow='row wrap')
+        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button], layout=wrap),
+                          self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
+                          self.details, self.breakdown, self.explorer])
         self.tune_button.on_click(lambda _: self.tune())
         self.choice.observe(lambda ch: self.choose(ch['new']), names='value')
-        self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
         self.slurm_button.on_click(lambda _: self._show_slurm_form())
-        self.actions.children = (self.slurm_button,)
-        self.children = (*self.children, self.slurm_out)
+        traitlets.dlink((self, 'spec'), (self.explorer, 'spec'), lambda s: s or self.explorer.spec)   # the explorer draws the choice
+        self.observe(self._spec_chosen, names='spec')
 
-# %% ../nbs/12_playground.ipynb #754848ec
+    @property
+    def chosen(self) -> PipelineSpec|None: return self.spec
+
+# %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch
 
 @patch
@@ -58,7 +66,7 @@ def tune(self:Playground):
         prof = self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
         self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, model=self.model.value,
-                               micro_batch_sizes=self.micro_batch_sizes)
+                               hardware=HARDWARE[self.hardware.value], micro_batch_sizes=self.micro_batch_sizes)
     except (ValueError, TypeError) as e:
         self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"
         self.tuning = None; self.choice.options = []; return
@@ -68,65 +76,58 @@ def tune(self:Playground):
         self.message.value = ("<div style='color:#b00020'><b>Nothing fits.</b> Most common reasons: "
                               + '; '.join(f"{html.escape(k)} ({v})" for k, v in why.items()) + '</div>')
         self.table.value = ''; self.choice.options = []; return
-    self.table.value = r.drop(columns=['config', 'method']).head(10).round(4).to_html(index=True)
+    self.table.value = r.drop(columns=['spec', 'method']).head(10).round(4).to_html(index=True)
     self.message.value = f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s"
     self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}", i)
                            for i, x in r.head(20).iterrows()]
-    self.choice.value = 0
+    self.choice.value = None; self.choice.value = 0
 
-# %% ../nbs/12_playground.ipynb #ffbf1daa
+# %% ../nbs/12_playground.ipynb #31a14785
 @patch
 def choose(self:Playground, index:int|None):
-    "Show ranking row `index`: the explorer set to its schedule, its memory per GPU and its breakdown; call the callbacks."
+    "Choose ranking row `index`: its spec becomes `.spec`."
     if index is None or self.tuning is None: return
-    c = self.tuning.ranking['config'].iloc[index]
-    self.chosen = c
-    self.slurm_button.disabled = False
-    ex = self.explorer
-    with ex.hold_trait_notifications():
-        for w in ex.controls: w.unobserve_all('value')
-        ex.schedule.value, ex.D.value, ex.N.value = c.schedule, c.D, c.N
-        ex.pipes.value, ex.concat.value, ex.chunks.value = c.pipes, c.concat, c.chunks
-        ex.forward.value, ex.backward.value = 1.0, 3.0 if c.recompute else 2.0
-    ex.redraw()
-    for w in ex.controls: w.observe(ex._changed, names='value')
-    prof = (self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)).at(c.B)
-    s = c.make()
-    mem = memory_estimate(s, prof.stage_profiles(s.num_stages))
+    self.spec = self.tuning.ranking['spec'].iloc[index]
+
+@patch
+def _spec_chosen(self:Playground, change):
+    "The chosen spec's memory per GPU and predicted breakdown; the callbacks hear of it."
+    s = change['new']
+    self.slurm_button.disabled = s is None
+    if s is None: return
+    prof = (self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)).at(s.B)
+    mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
     self.details.value = ("<b>Memory per GPU (GiB)</b>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
                           .set_index('rank').div(2**30).round(3).to_html()))
-    preds = [predict(prof, s, c.W, c.sync, m) for m in ('analytic', 'simulate')]
+    preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof), m) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration")
     with self.breakdown.batch_update():
         self.breakdown.data = []; self.breakdown.add_traces(list(fig.data)); self.breakdown.layout = fig.layout
-    for fn in self._callbacks: fn(c, self.to_train_config())
+    for fn in self._callbacks: fn(s, self.to_train_config())
 
-# %% ../nbs/12_playground.ipynb #a8e6802b
+# %% ../nbs/12_playground.ipynb #4bf9ae00
 @patch
-def to_train_config(self:Playground, **kw):
-    "The chosen configuration as a `train.TrainConfig` for the selected model (other fields from `kw`)."
-    if self.chosen is None: raise ValueError("nothing chosen yet: press Tune (or call .tune()) first")
-    return self.chosen.to_train_config(self.model.value, **kw)
+def to_train_config(self:Playground, **kw) -> TrainConfig:
+    "The chosen spec as a `TrainConfig` (training fields from `kw`, e.g. steps)."
+    if self.spec is None: raise ValueError("nothing chosen yet: press Tune (or call .tune()) first")
+    return TrainConfig(self.spec, **kw)
 
 @patch
 def on_choose(self:Playground, fn):
-    "Call `fn(tune_config, train_config)` whenever a configuration is chosen."
+    "Call `fn(spec, train_config)` whenever a configuration is chosen."
     if not callable(fn): raise TypeError(f"on_choose takes a callable, got {type(fn).__name__}")
     self._callbacks.append(fn)
     return fn
 
-# %% ../nbs/12_playground.ipynb #0ad90686
+# %% ../nbs/12_playground.ipynb #99b12a79
 SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx6000-ada': 'hpg-rtx6000', 'l4': 'hpg-turin'}
 
 @patch
 def slurm_form(self:Playground, **train_kw):
-    "The SLURM launcher's job form for the chosen configuration (`train_kw`: more `TrainConfig` fields, e.g. steps)."
-    import math
+    "The SLURM launcher's job form for the chosen spec (`train_kw`: training fields, e.g. steps)."
     from chimera_nb.slurm import JobForm
-    train = self.to_train_config(**train_kw)
-    form = JobForm(train)
+    form = JobForm(self.to_train_config(**train_kw))
     form.w['preset'].value = SLURM_PRESETS.get(self.hardware.value, 'generic')
-    form.w['nodes'].value = max(1, math.ceil(train.world_size / max(1, form.w['gpus_per_node'].value)))
     return form
 
 @patch

@@ -12,7 +12,7 @@ __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'THEMES', 'LABEL_LIMIT',
            'save_html', 'find_chromium', 'save_image', 'p2p_dependencies', 'to_chrome_trace', 'export_schedule',
            'bubble_note', 'PageProbe', 'Explorer', 'explorer']
 
-# %% ../nbs/02_viz.ipynb #aff5e09f
+# %% ../nbs/02_viz.ipynb #3c78f448
 import colorsys, html, json, os, shutil, time
 from fastcore.basics import patch
 from pathlib import Path
@@ -22,8 +22,9 @@ from plotly.subplots import make_subplots
 from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule, pipe_tag, dependencies
 from .program import message
 from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table
+from .spec import PipelineSpec, SpecError
 
-# %% ../nbs/02_viz.ipynb #32842321
+# %% ../nbs/02_viz.ipynb #e54838af
 PIPE_HUES = (212, 24, 140, 282, 186, 48, 330, 96)  # degrees: down blue, up orange, then the 2k pipes
 KIND_LIGHTNESS = {'F': 0.75, 'B': 0.38, 'W': 0.56}
 KIND_NAMES = {'F': 'forward', 'B': 'backward', 'W': 'weight-grad'}
@@ -41,7 +42,7 @@ def bar_color(kind:str, pipe:int=0, microbatch:int=0) -> str:
     r, g, b = colorsys.hls_to_rgb(h, l, 0.62 if kind == 'F' else 0.7)
     return '#%02x%02x%02x' % tuple(round(255 * c) for c in (r, g, b))
 
-# %% ../nbs/02_viz.ipynb #60dac021
+# %% ../nbs/02_viz.ipynb #410f6cc3
 def as_timeline(obj, fn:str='plot', costs:Costs|None=None) -> Timeline:
     "`obj` as a `Timeline`: a `Timeline` as is, a `Schedule` simulated under `costs`; else a `TypeError`."
     if isinstance(obj, Timeline): return obj
@@ -55,7 +56,7 @@ def _num_ranks(tl:Timeline) -> int:
 def _t0(tl:Timeline) -> float:
     return min((e.start for e in tl.events), default=0.0)
 
-# %% ../nbs/02_viz.ipynb #3f7b6b20
+# %% ../nbs/02_viz.ipynb #2a946085
 THEMES = {'light': 'plotly_white', 'dark': 'plotly_dark'}
 _PAGE = {'theme': None}   # the JupyterLab theme a displayed explorer last reported
 
@@ -76,7 +77,7 @@ def _apply_theme(fig:go.Figure, theme:str='auto') -> go.Figure:
             if role == 'comm' and tr.marker.color == COMM_COLORS['AR']: tr.marker.color = '#bbbbbb'
     return fig
 
-# %% ../nbs/02_viz.ipynb #7fe5716c
+# %% ../nbs/02_viz.ipynb #45e9f464
 LABEL_LIMIT = 2000  # above this many bars, no text labels at all (hover stays)
 BAR_WIDTH = 0.7     # height of a compute bar in rank units
 _AR_OFFSET, _AR_WIDTH = 0.44, 0.1
@@ -96,7 +97,7 @@ def _legend(kind:str, pipe:int, pipes:int, prefix:str='') -> dict:
     return dict(name=f"{kind} {KIND_NAMES[kind]}", legendgroup=f"{prefix}pipe{pipe}",
                 legendgrouptitle_text=f"{prefix}{pipe_name(pipe, pipes)}")
 
-# %% ../nbs/02_viz.ipynb #8d50755d
+# %% ../nbs/02_viz.ipynb #e92e37b9
 def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:str='solid', width:float=BAR_WIDTH,
                   scale:float=1.0, prefix:str='') -> list:
     "One horizontal `go.Bar` per (pipe, kind) of the compute events of `tl`: y = rank, base = start - `t0`, x = duration."
@@ -131,7 +132,7 @@ def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:
         traces.append(tr)
     return traces
 
-# %% ../nbs/02_viz.ipynb #c79cf9ba
+# %% ../nbs/02_viz.ipynb #cbc2ad36
 def bubble_trace(tl:Timeline, t0:float|None=None, width:float=BAR_WIDTH, scale:float=1.0):
     "A `go.Bar` of the idle gaps of every rank inside the compute span (the pipeline bubbles), or None."
     t0 = _t0(tl) if t0 is None else t0
@@ -178,7 +179,7 @@ def comm_traces(tl:Timeline, t0:float|None=None, scale:float=1.0) -> list:
                                         "<br>start %{customdata[1]:.4g} · end %{customdata[2]:.4g}<extra></extra>"))
     return out
 
-# %% ../nbs/02_viz.ipynb #b1db30f3
+# %% ../nbs/02_viz.ipynb #dc3503c8
 RASTER_LIMIT = 4000    # above this many compute actions, plot_timeline draws the summarised raster view
 RASTER_COLUMNS = 1200  # time columns of the raster
 
@@ -207,7 +208,7 @@ def raster_traces(tl:Timeline, t0:float|None=None, columns:int=RASTER_COLUMNS) -
                        meta=dict(role='legend', kind=k, pipe=p), **_legend(k, p, pipes)) for p, k in cats]
     return [heat] + keys
 
-# %% ../nbs/02_viz.ipynb #30a3e954
+# %% ../nbs/02_viz.ipynb #1f366754
 def _time_title(tl:Timeline) -> str:
     return 'time (s)' if tl.source in ('measured', 'emulated') else 'time (units of the costs)'
 
@@ -238,7 +239,7 @@ def _legend_height(traces) -> int:
     groups = {t.legendgroup for t in shown if t.legendgrouptitle and t.legendgrouptitle.text}
     return 140 + 22 * len(shown) + 28 * len(groups)
 
-# %% ../nbs/02_viz.ipynb #e94d88e5
+# %% ../nbs/02_viz.ipynb #154df048
 def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to LABEL_LIMIT bars (each only where it fits)
                   bubbles:bool=True, # draw idle gaps as hatched bubble bars
                   title:str|None=None, height:int|None=None,
@@ -264,7 +265,7 @@ def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to L
                       legend=_LEGEND, margin=dict(l=70, r=20, t=80 if raster else 60, b=50), hoverlabel=dict(align='left'))
     return _apply_theme(fig, theme)
 
-# %% ../nbs/02_viz.ipynb #95b0029c
+# %% ../nbs/02_viz.ipynb #9dfc7907
 DASHES = ('solid', 'dash', 'dot', 'dashdot')
 MEMORY_POINTS = 40_000   # above this many points in all, curves are reduced to their maximum per time column
 
@@ -281,7 +282,7 @@ def _reduce(c:np.ndarray, lo:float, hi:float, columns:int) -> np.ndarray:
     prev = np.concatenate([[0.0], c[:, 1]])[np.searchsorted(c[:, 0], edges[:-1], side='right')]
     return np.column_stack([edges[:-1], np.maximum(top, prev)])
 
-# %% ../nbs/02_viz.ipynb #45cc6356
+# %% ../nbs/02_viz.ipynb #7d78b3ce
 def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto') -> go.Figure:
     "Live activations per rank over time (step lines) and the per-rank peak (bars), in Ma units."
     tl = as_timeline(timeline, 'plot_memory')
@@ -320,7 +321,7 @@ def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto')
     fig.update_yaxes(title_text='live activations (Ma)', rangemode='tozero', row=1, col=1)
     return _apply_theme(fig, theme)
 
-# %% ../nbs/02_viz.ipynb #0f38684b
+# %% ../nbs/02_viz.ipynb #d3843925
 class Comparison:
     "Figure and table of a comparison; displays both, unpacks as `fig, table = compare(...)`."
     def __init__(self, fig, table, timelines): self.fig, self.table, self.timelines = fig, table, timelines
@@ -339,7 +340,7 @@ def _item(it, costs:Costs|None) -> Timeline:
         it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
     return as_timeline(it, 'compare', costs)
 
-# %% ../nbs/02_viz.ipynb #9ee67722
+# %% ../nbs/02_viz.ipynb #75bdef87
 def compare(items, costs:Costs|None=None, # costs for the items that are not yet timelines
             labels:bool|None=None, height:int|None=None, theme:str='auto') -> Comparison:
     "Several schedules or timelines as Gantt charts on a shared time axis, plus their metrics table."
@@ -372,7 +373,7 @@ def compare(items, costs:Costs|None=None, # costs for the items that are not yet
     fig.update_annotations(font_size=12, x=0, xanchor='left')
     return Comparison(_apply_theme(fig, theme), table, tls)
 
-# %% ../nbs/02_viz.ipynb #fa54fab8
+# %% ../nbs/02_viz.ipynb #ce693403
 def _overlay_title(p:Timeline, m:Timeline, labels:tuple, scale:float, how:str) -> str:
     if how == 'makespan':
         return (f"{_describe(m)}: {labels[0]} stretched ×{scale:.4g} to the {labels[1]} compute length "
@@ -397,7 +398,7 @@ def _overlay_args(p:Timeline, m:Timeline, scale, labels) -> tuple:
         raise ValueError(f"overlay scale multiplies the predicted times: it must be a positive finite number, got {scale!r}")
     return labels, float(scale), 'number'
 
-# %% ../nbs/02_viz.ipynb #4cca8bcc
+# %% ../nbs/02_viz.ipynb #25ddeaf0
 def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted times; 'makespan' to match the measured span
             labels:tuple|None=None, # legend names; default ('predicted', the measured timeline's source)
             title:str|None=None, height:int|None=None, theme:str='auto') -> go.Figure:
@@ -420,7 +421,7 @@ def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted
                       legend=_LEGEND, margin=dict(l=70, r=20, t=60, b=50))
     return _apply_theme(fig, theme)
 
-# %% ../nbs/02_viz.ipynb #e97f1c7b
+# %% ../nbs/02_viz.ipynb #8ce88b2f
 def _figure(fig):
     if isinstance(fig, Comparison): return fig.fig
     if isinstance(fig, go.Figure): return fig
@@ -433,7 +434,7 @@ def save_html(fig, path, include_plotlyjs:bool|str=True) -> Path:
     _figure(fig).write_html(str(path), include_plotlyjs=include_plotlyjs, full_html=True)
     return path
 
-# %% ../nbs/02_viz.ipynb #c7f57aa4
+# %% ../nbs/02_viz.ipynb #92d35cdb
 BROWSERS = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable', 'chrome')
 
 def find_chromium() -> str|None:
@@ -464,7 +465,7 @@ def save_image(fig, path, format:str|None=None, # 'png', 'svg', 'pdf', 'jpeg' or
         else: os.environ['BROWSER_PATH'] = old
     return path
 
-# %% ../nbs/02_viz.ipynb #442f8438
+# %% ../nbs/02_viz.ipynb #4d984cde
 def p2p_dependencies(timeline) -> list:
     "(producer, consumer) event pairs on different ranks: the messages of the one dependency rule (`program.message`)."
     tl = as_timeline(timeline, 'p2p_dependencies')
@@ -512,7 +513,7 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
         Path(path).write_text(json.dumps(trace, allow_nan=False))
     return trace
 
-# %% ../nbs/02_viz.ipynb #fe0d4d0e
+# %% ../nbs/02_viz.ipynb #6f01f748
 EXPORTS = {'text': '.txt', 'csv': '.csv', 'torch-csv': '.torch.csv', 'trace': '.trace.json'}
 
 def export_schedule(schedule:Schedule, what:str, # one of EXPORTS: 'text', 'csv', 'torch-csv', 'trace'
@@ -526,7 +527,7 @@ def export_schedule(schedule:Schedule, what:str, # one of EXPORTS: 'text', 'csv'
         Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(out)
     return out
 
-# %% ../nbs/02_viz.ipynb #f69b3928
+# %% ../nbs/02_viz.ipynb #3e20894e
 COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B input-grad, W weight-grad)
                 'F = B (split: B = W = F/2)': (1.0, 0.5, 0.5)}
 EXPLORER_LIMITS = dict(D=64, N=512)   # the largest sizes the explorer draws
@@ -548,7 +549,7 @@ def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|N
     return (f"Simulated bubble {tl.bubble_ratio:.1%} vs closed form {cf['bubble']:.1%} "
             f"({tl.bubble_ratio - cf['bubble']:+.1%}): " + '; '.join(why) + '.')
 
-# %% ../nbs/02_viz.ipynb #cd7b02f7
+# %% ../nbs/02_viz.ipynb #19b10387
 import anywidget, traitlets
 
 _PROBE_JS = """
@@ -589,7 +590,7 @@ class PageProbe(anywidget.AnyWidget):
     _esm = _PROBE_JS
     theme = traitlets.Unicode('').tag(sync=True)
 
-# %% ../nbs/02_viz.ipynb #58beb212
+# %% ../nbs/02_viz.ipynb #09da375d
 import ipywidgets as W
 
 def _checked_size(what:str, v, lo:int, hi:int) -> str:
@@ -609,20 +610,25 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     resolve_theme(theme)
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
-# %% ../nbs/02_viz.ipynb #535da3d9
+# %% ../nbs/02_viz.ipynb #fdf7a13e
 class Explorer(W.VBox):
     "Schedule explorer: controls, a message line, metrics, timeline + memory figures, a bubble note and save buttons."
+    spec = traitlets.Instance(PipelineSpec)   # what is drawn; the schedule controls edit it, and setting it moves them
+
     def __init__(self, schedule:str='chimera', D:int=4, N:int=8, memory:bool=True, width:int|None=None,
-                 theme:str='auto', costs:str='B = 2F (paper; split: B = W = F)', folder='explorer-out'):
+                 theme:str='auto', costs:str='B = 2F (paper; split: B = W = F)', folder='explorer-out', spec:PipelineSpec|None=None):
+        if spec is not None: schedule, D, N = spec.schedule, spec.D, spec.N
         _check_explorer_args(schedule, D, N, theme, costs)
+        spec = spec or PipelineSpec(model=None, schedule=schedule, D=D, N=N)
         st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
         f, b, w = COST_PRESETS[costs]
-        self.schedule = W.Dropdown(options=list(SCHEDULES), value=schedule, description='schedule', style=st, layout=box('220px'))
-        self.D = W.IntText(value=D, description='D (stages)', style=st, layout=box('140px'))
-        self.N = W.IntText(value=N, description='N (micro-batches)', style=st, layout=box('180px'))
-        self.pipes = W.BoundedIntText(value=2, min=2, max=64, step=2, description='pipes (2k)', style=st, layout=box('140px'))
-        self.chunks = W.BoundedIntText(value=2, min=1, max=8, description='chunks', style=st, layout=box('120px'))
-        self.concat = W.Dropdown(options=CHIMERA_CONCAT, value='direct', description='concat', style=st, layout=box('180px'))
+        self.schedule = W.Dropdown(options=list(SCHEDULES), value=spec.schedule, description='schedule', style=st, layout=box('220px'))
+        self.D = W.IntText(value=spec.D, description='D (stages)', style=st, layout=box('140px'))
+        self.N = W.IntText(value=spec.N, description='N (micro-batches)', style=st, layout=box('180px'))
+        self.pipes = W.BoundedIntText(value=spec.pipes, min=2, max=64, step=2, description='pipes (2k)', style=st, layout=box('140px'))
+        self.chunks = W.BoundedIntText(value=spec.chunks, min=1, max=8, description='chunks', style=st, layout=box('120px'))
+        self.concat = W.Dropdown(options=CHIMERA_CONCAT, value=spec.concat, description='concat', style=st, layout=box('180px'))
+        self.recompute = W.Checkbox(value=spec.recompute, description='recompute', indent=False, layout=box('110px'))
         self.preset = W.Dropdown(options=list(COST_PRESETS) + ['custom'], value=costs, description='costs', style=st, layout=box('300px'))
         self.forward = W.BoundedFloatText(value=f, min=0, max=1e6, step=0.25, description='F', style=st, layout=box('110px'))
         self.backward = W.BoundedFloatText(value=b, min=0, max=1e6, step=0.25, description='B', style=st, layout=box('110px'))
@@ -641,24 +647,30 @@ class Explorer(W.VBox):
         self.fig = self.memfig = self.current = None
         self.timeline, self.error, self.seconds, self.width, self._memory = None, None, 0.0, width, memory
         self.render_seconds = self.total_seconds = None
-        self.redraws, self._t_start, self._busy = 0, 0.0, False
-        self.controls = [self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.forward,
-                         self.backward, self.weight, self.p2p, self.allreduce, self.theme]
+        self.redraws, self._t_start, self._busy, self._syncing = 0, 0.0, False, False
+        self.spec_controls = dict(schedule=self.schedule, D=self.D, N=self.N, pipes=self.pipes, chunks=self.chunks, concat=self.concat,
+                                  recompute=self.recompute)
+        self.controls = list(self.spec_controls.values()) + [self.forward, self.backward, self.weight, self.p2p, self.allreduce, self.theme]
         wrap = lambda ws: W.HBox(ws, layout=W.Layout(flex_flow='row wrap'))   # narrow notebooks: controls wrap, never clip
-        self._rows = [wrap([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.theme]),
+        self._rows = [wrap([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.recompute, self.theme]),
                       wrap([self.preset, self.forward, self.backward, self.weight, self.p2p, self.allreduce]),
                       wrap([self.folder] + self.saves + [self.saved]), self.message, self.metrics]
         super().__init__()
+        self.spec = spec
         self.add_class('chimera-explorer')
         self.redraw()
         for c in self.controls: c.observe(self._changed, names='value')
         self.preset.observe(self._preset_changed, names='value')
+        self.observe(self._spec_set, names='spec')
 
     def _changed(self, change):
+        if self._syncing: return
         if change['owner'] in (self.forward, self.backward, self.weight) and not self._busy:
             if COST_PRESETS.get(self.preset.value) != (self.forward.value, self.backward.value, self.weight.value):
                 self._busy = True; self.preset.value = 'custom'; self._busy = False
-        if not self._busy: self.redraw()
+        if self._busy: return
+        if change['owner'] in self.spec_controls.values(): self._edit_spec()
+        else: self.redraw()
 
     def _preset_changed(self, change):
         if change['new'] == 'custom': return
@@ -673,16 +685,13 @@ class Explorer(W.VBox):
            and self.fig.layout.meta and self.fig.layout.meta.get('theme') != change['new']: self.redraw()
 
     def options(self) -> dict:
-        "The generator options that apply to the chosen schedule."
-        name = self.schedule.value
-        if name == 'chimera': return dict(pipes=self.pipes.value, concat=self.concat.value)
-        if name == 'interleaved-1f1b': return dict(chunks=self.chunks.value)
-        return {}
+        "The generator options of the drawn spec's schedule."
+        return self.spec.options
 
     def costs(self) -> Costs:
         return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
 
-# %% ../nbs/02_viz.ipynb #1a74b434
+# %% ../nbs/02_viz.ipynb #9be7f3fe
 def _replace(fw:go.FigureWidget, fig:go.Figure):
     "Redraw `fw` with the traces and layout of `fig`; layout properties `fig` lacks are reset, so none stay stale."
     stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
@@ -692,24 +701,43 @@ def _replace(fw:go.FigureWidget, fig:go.Figure):
         fw.add_traces(list(fig.data))
         fw.layout = fig.layout
 
-# %% ../nbs/02_viz.ipynb #88c8ef74
+# %% ../nbs/02_viz.ipynb #2e54aa99
 @patch
 def _fail(self:Explorer, msg:str):
     self.error = msg
-    self.message.value = (f"<div style='color:#b00020;padding:4px 0'><b>Cannot build {html.escape(self.schedule.value)} "
-                          f"D={self.D.value} N={self.N.value}:</b> {html.escape(msg, quote=False)}</div>")
+    self.message.value = f"<div style='color:#b00020;padding:4px 0'><b>Not drawn:</b> {html.escape(msg, quote=False)}</div>"
+
+@patch
+def _edit_spec(self:Explorer):
+    "A schedule control changed: the spec with the controls' values, checked (an invalid choice says why and keeps the picture)."
+    bad = _checked_size('D', self.D.value, 1, EXPLORER_LIMITS['D']) or _checked_size('N', self.N.value, 1, EXPLORER_LIMITS['N'])
+    if bad: return self._fail(bad)
+    try: new = self.spec.replace(**{k: w.value for k, w in self.spec_controls.items()})
+    except SpecError as e: return self._fail(str(e))
+    if new != self.spec: self.spec = new          # observed: _spec_set redraws
+    elif self.error: self.redraw()                 # back to the drawn spec after an invalid choice
+
+@patch
+def _spec_set(self:Explorer, change):
+    "The spec was set (by the controls, a playground's choice or code): the controls show it, the picture draws it."
+    s, self._syncing = change['new'], True
+    try:
+        for k, w in self.spec_controls.items():
+            if k in ('schedule', 'D', 'N', 'recompute') or k in s.options: w.value = getattr(s, k)
+    finally: self._syncing = False
+    self.redraw()
 
 @patch
 def redraw(self:Explorer):
-    "Simulate the chosen schedule and redraw; an invalid choice shows its message and keeps the last picture."
+    "Simulate the spec's schedule and redraw; a failure shows its message and keeps the last picture."
     t = time.perf_counter()
-    name = self.schedule.value
+    name, sp = self.spec.schedule, self.spec
     self.pipes.disabled = self.concat.disabled = name != 'chimera'
     self.chunks.disabled = name != 'interleaved-1f1b'
-    bad = _checked_size('D', self.D.value, 1, EXPLORER_LIMITS['D']) or _checked_size('N', self.N.value, 1, EXPLORER_LIMITS['N'])
+    bad = _checked_size('D', sp.D, 1, EXPLORER_LIMITS['D']) or _checked_size('N', sp.N, 1, EXPLORER_LIMITS['N'])
     if bad: return self._fail(bad)
     try:
-        s = make_schedule(name, self.D.value, self.N.value, **self.options())
+        s = sp.make()
         tl = simulate(s, self.costs())
         self.redraws += 1
         meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
@@ -726,18 +754,18 @@ def redraw(self:Explorer):
         _replace(self.fig, figs[0])
         if self._memory: _replace(self.memfig, figs[1])
     self.note.value = (f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>"
-                       if (n := bubble_note(name, self.D.value, self.N.value, tl, self.costs(), self.options())) else '')
+                       if (n := bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options())) else '')
     if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
     self._status('drawing in the browser…')
     self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
 
-# %% ../nbs/02_viz.ipynb #a798d7b4
+# %% ../nbs/02_viz.ipynb #62a80f30
 @patch
 def _status(self:Explorer, timing:str):
-    tl, name = self.timeline, self.schedule.value
+    tl, name, sp = self.timeline, self.spec.schedule, self.spec
     peaks = tl.peak_activations or [0]
-    try: cf = closed_form(name, self.D.value, self.N.value, self.costs(), **self.options()).get('bubble')
+    try: cf = closed_form(name, sp.D, sp.N, self.costs(), **self.options()).get('bubble') if not sp.recompute else None
     except (ValueError, TypeError): cf = None
     self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{tl.makespan:.4g}</b> · bubble ratio "
                           f"<b>{tl.bubble_ratio:.1%}</b>" + (f" (closed form {cf:.1%})" if cf is not None else '')
@@ -755,7 +783,7 @@ def _rendered(self:Explorer, widget, content, buffers):
     self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
                  f"(browser {self.render_seconds * 1000:.0f} ms)")
 
-# %% ../nbs/02_viz.ipynb #c83f8b9e
+# %% ../nbs/02_viz.ipynb #49c4e541
 @patch
 def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'torch-csv'
          folder=None) -> Path:
@@ -763,7 +791,7 @@ def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'to
     if self.current is None: raise ValueError("nothing to save yet: the explorer has not drawn a schedule")
     folder = Path(folder if folder is not None else self.folder.value)
     o = ''.join(f"-{k}{v}" for k, v in self.options().items() if (k, v) not in (('pipes', 2), ('concat', 'direct')))
-    stem = folder / f"{self.schedule.value}-D{self.D.value}-N{self.N.value}{o}"
+    stem = folder / f"{self.spec.schedule}-D{self.spec.D}-N{self.spec.N}{o}{'-recompute' if self.spec.recompute else ''}"
     if what == 'html': return save_html(self.fig, stem.with_suffix('.html'))
     if what == 'png': return save_image(self.fig, stem.with_suffix('.png'), width=self.width or 1200)
     if what not in EXPORTS: raise ValueError(f"unknown save {what!r}: choose html, png or one of {', '.join(EXPORTS)}")
@@ -779,11 +807,12 @@ def _save_clicked(self:Explorer, btn):
         self.saved.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"; return
     self.saved.value = f"<span>saved <code>{html.escape(str(p))}</code></span>"
 
-# %% ../nbs/02_viz.ipynb #414b6bc9
+# %% ../nbs/02_viz.ipynb #21bf032c
 def explorer(schedule:str='chimera', D:int=4, N:int=8, memory:bool=True, # also draw the memory picture
              width:int|None=None, # figure width in px (None: the width of the notebook)
              theme:str='auto', # 'auto' follows JupyterLab's light / dark theme
              costs:str='B = 2F (paper; split: B = W = F)', # a COST_PRESETS name
-             folder='explorer-out') -> Explorer: # where the save buttons write
-    "The interactive schedule explorer (display it in a notebook)."
-    return Explorer(schedule, D, N, memory, width, theme, costs, folder)
+             folder='explorer-out', # where the save buttons write
+             spec:PipelineSpec|None=None) -> Explorer: # start from this spec (its schedule, D, N, options, recompute)
+    "The interactive schedule explorer (display it in a notebook); `.spec` is what it draws."
+    return Explorer(schedule, D, N, memory, width, theme, costs, folder, spec)

@@ -33,6 +33,15 @@ NOTEBOOK = {
 }
 
 
+PLAYGROUND = {**NOTEBOOK, "cells": [
+    {"cell_type": "code", "execution_count": None, "id": "imports", "metadata": {}, "outputs": [],
+     "source": "from chimera_nb.playground import Playground"},
+    {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
+     "source": "app = Playground('bert-48', 'b200', 8, 64, micro_batch_sizes=(4,))\napp.tune()\napp"},
+    {"cell_type": "code", "execution_count": None, "id": "spec", "metadata": {}, "outputs": [],
+     "source": "print('chosen:', app.spec, app.explorer.spec == app.spec)"}]}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -53,6 +62,7 @@ def lab(tmp_path):
     root, cfg = tmp_path / 'root', tmp_path / 'jupyter'
     root.mkdir(); cfg.mkdir()
     (root / 'explorer.ipynb').write_text(json.dumps(NOTEBOOK))
+    (root / 'playground.ipynb').write_text(json.dumps(PLAYGROUND))
     # no news / update toasts over the screenshot; workspaces and settings stay in the temp dir
     settings = cfg / 'settings' / '@jupyterlab' / 'apputils-extension'
     settings.mkdir(parents=True)
@@ -319,6 +329,67 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
             try: _shot(page, tmp_path, 'explorer-failure.png')
+            except Exception: pass
+            raise
+        finally:
+            browser.close()
+
+
+def _open(browser, lab, name, width=1280):
+    "A page with notebook `name` open and its kernel idle; its error list."
+    page = browser.new_page(viewport={'width': width, 'height': 900})
+    page.set_default_timeout(60_000)
+    errors = []
+    page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
+    page.on('pageerror', lambda e: errors.append(str(e)))
+    page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+    page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
+    return page, errors
+
+
+def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_path):
+    "Choose ZB-H1 W=2 D=4 N=8 in the playground: the explorer's controls and plot, the prediction and the SLURM form show it."
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page, errors = _open(browser, lab, 'playground.ipynb')
+            _run_all(page)
+            choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
+            choice.wait_for(timeout=120_000)
+            _wait(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 120, 'the ranking')
+            options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
+            label = next((o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o), None)
+            assert label is not None, options
+            choice.select_option(index=options.index(label))
+            ex = page.locator('.chimera-explorer')
+            sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
+            box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
+            _wait(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
+            _wait(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _expected_bars('zb-h1', 4, 8), 60, 'the plot')
+            _shot(page, tmp_path, 'playground-3-explorer.png', element=ex)
+            title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')   # SVG: no innerText
+            _wait(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
+            _shot(page, tmp_path, 'playground-1-chosen.png', full=True)
+            page.locator('button', has_text='SLURM job').click()
+            form = page.locator('.widget-text', has_text='run folder').locator('input')
+            form.wait_for(timeout=60_000)
+            _wait(page, lambda p: form.input_value(), lambda v: v.startswith('runs/zb-h1-bert-48-W2D4'), 30, 'the run folder')
+            summary = page.locator('.widget-html', has_text='ranks = nodes').first.inner_text()
+            assert 'zb-h1' in summary and 'W=2 D=4 B=4 N=8' in summary and 'bfloat16' in summary, summary
+            nodes = page.locator('.widget-inline-hbox', has_text='nodes').locator('input').first.input_value()
+            gpn = page.locator('.widget-inline-hbox', has_text='GPUs per node').locator('input').first.input_value()
+            assert int(nodes) * int(gpn) == 8, (nodes, gpn)
+            # the form sits right under the choice it was opened for, not below the whole app
+            y = lambda loc: loc.bounding_box()['y']
+            assert y(form) < y(ex.locator('.js-plotly-plot').first), 'the form should appear above the explorer, next to its button'
+            form.scroll_into_view_if_needed()
+            _shot(page, tmp_path, 'playground-2-form.png', full=False)
+            print(f"screenshots in {tmp_path}")
+        except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
+            try: _shot(page, tmp_path, 'playground-failure.png')
             except Exception: pass
             raise
         finally:

@@ -4,7 +4,8 @@ import json, math, statistics, time
 import pytest
 import torch.distributed as dist
 from hypothesis import given, settings, strategies as st
-from chimera_nb.autotune import autotune, TuneConfig
+from chimera_nb.autotune import autotune
+from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.partition import LayerProfile
 from chimera_nb.perf_model import HARDWARE, Profile, calibrate, estimate_profile, predict
@@ -42,7 +43,7 @@ def test_from_json_fuzz(d):
 
 def _emulated(rank, world, plan):
     "Every schedule steps in turn (background load hits all alike); median step seconds and the last traced timeline."
-    rts = [PipelineRuntime(TuneConfig(name, 1, world, 1, N).make(), None, emulate=costs, shapes=(4, 64), trace=trace)
+    rts = [PipelineRuntime(make_schedule(name, world, N), None, emulate=costs, shapes=(4, 64), trace=trace)
            for name, N, costs, trace in plan]
     ts = [[] for _ in rts]
     for i in range(6):
@@ -60,14 +61,15 @@ def test_calibrated_predictions_of_emulated_runs():
     plan = [('1f1b', 8, costs, True), ('gpipe', 8, costs, False), ('chimera', 8, costs, False)]
     res = launch_local(_emulated, 4, plan, timeout=300)[0]
     (m0, tl), rest = res[0], res[1:]
-    cal = calibrate(prof, tl, TuneConfig('1f1b', 1, 4, 1, 8).make(), target=m0)
+    cal = calibrate(prof, tl, make_schedule('1f1b', 4, 8), target=m0)
     assert all(abs(l.forward_s / x - 1) < 0.3 for l, x in zip(cal.layers, f))  # the sleeps, measured
     for (name, N, _, _), (m, _) in zip(plan[1:], rest):
-        pred = predict(cal, TuneConfig(name, 1, 4, 1, N).make(), method='simulate', memory=False).iteration_s
+        pred = predict(cal, make_schedule(name, 4, N), method='simulate', memory=False).iteration_s
         assert abs(pred / m - 1) < 0.25, (name, pred, m)
 
 
 def test_autotuner_hands_a_runnable_train_config():
     tu = autotune(8, 64, model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[2, 4], schedules=['chimera', '1f1b'])
-    cfg = tu.best.to_train_config('bert-48', steps=1)
+    cfg = TrainConfig(tu.best, steps=1)
+    assert (cfg.spec.model, cfg.spec.dtype, cfg.spec.seq_len, cfg.spec.hardware) == ('bert-48', 'bfloat16', 128, 'b200')
     assert isinstance(cfg, TrainConfig) and cfg.world_size == 8 and cfg.global_batch_size == 64

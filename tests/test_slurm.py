@@ -15,13 +15,18 @@ from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import slurm_cluster
-from chimera_nb.train import TrainConfig
+from chimera_nb.spec import TrainConfig, PipelineSpec
+
+
+def TC(**kw) -> TrainConfig:
+    "A run from flat keys (the spec's and training's, as a config file may hold them)."
+    return TrainConfig.from_dict(kw)
 from chimera_nb.slurm import (SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL, submit_sweep, schedule_configs,
                               plot_sweep, main as cli)
 
 REPO = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
-T = dict(model='bert-tiny', microbatches=4, micro_batch_size=2, progress=False, eval_batches=1, timeout=90.0)
+T = dict(model='bert-tiny', N=4, B=2, progress=False, eval_batches=1, timeout=90.0)
 
 
 @pytest.fixture(scope='module')
@@ -46,15 +51,20 @@ def jobs(cluster, tmp_path_factory):
     "Submit the three long jobs at once."
     tmp = tmp_path_factory.mktemp('runs')
     out = {}
-    out['requeue'] = submit(_job(tmp, 'requeue', TrainConfig(**T, schedule='chimera', stages=2, steps=60, seed=5)))
+    out['requeue'] = submit(_job(tmp, 'requeue', TC(**T, schedule='chimera', D=2, steps=60, seed=5)))
     leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1')  # as from a JupyterHub session's own job
     os.environ.update(leak)
     try:
-        out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TrainConfig(**T, schedule='chimera', stages=4, steps=6),
+        out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TC(**T, schedule='chimera', D=4, steps=6),
                                                        gpus_per_node=4, gpu_type='fake'), mem='2G'))
     finally:
         for k in leak: os.environ.pop(k)
-    base = TrainConfig(**T, stages=2, steps=4)
+    from chimera_nb.autotune import autotune
+    from chimera_nb.perf_model import HARDWARE
+    best = autotune(2, 8, model='bert-tiny', hardware=HARDWARE['p100-daint'], micro_batch_sizes=[2, 4], recompute=[False],
+                    schedules=['chimera', '1f1b', 'zb-h1']).best   # the tuner's first pick goes to the job as it is
+    out['tuned'] = best, submit(_job(tmp, 'tuned', TrainConfig(best, steps=3, progress=False, eval_batches=1, timeout=90.0)))
+    base = TC(**T, D=2, steps=4)
     sweep = submit_sweep(_job(tmp, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
     assert len(sweep) == 1
     out['array'] = sweep[0]
@@ -126,7 +136,8 @@ def test_four_task_training(jobs, cluster, capsys, tmp_path):
     assert list(m.step) == [1, 2, 3, 4, 5, 6] and m.loss.notna().all() and (m.loss > 0).all()
     assert len(m.saved_activation_bytes[0]) == 4  # four ranks reported
     s = json.loads((job.run_dir / 'metrics-summary.json').read_text())
-    assert s['config']['stages'] == 4 and s['config']['schedule'] == 'chimera' and s['samples_per_s'] > 0
+    assert s['spec']['D'] == 4 and s['spec']['schedule'] == 'chimera' and s['samples_per_s'] > 0
+    assert s['spec_key'] == TrainConfig.load(job.run_dir / 'run.toml').spec.key()   # the job trained the spec it carried
     log = job.log()
     assert 'GPUs 0,1,2,3' in log and 'restart 0' in log  # the fake GPUs are visible to the job
     assert (job.run_dir / 'job.sh').read_text().startswith('#!/bin/bash')
@@ -136,7 +147,7 @@ def test_four_task_training(jobs, cluster, capsys, tmp_path):
     assert cli(['status', str(job.run_dir)]) == 0 and f"{job.job_id}\tCOMPLETED" in capsys.readouterr().out
     assert cli(['logs', job.job_id, '-n', '3']) == 0 and 'chimera_nb' not in capsys.readouterr().err
     assert cli(['collect', str(job.run_dir), '--csv', str(tmp_path / 'r.csv')]) == 0 and 'chimera' in capsys.readouterr().out
-    assert (tmp_path / 'r.csv').read_text().startswith('run,schedule')
+    assert (tmp_path / 'r.csv').read_text().startswith('run,spec_key,schedule')
     assert 'RuntimeWarning' not in log and 'Traceback' not in log, log
     print(f"4-task Chimera: {s['samples_per_s']:.1f} samples/s, final loss {s['final_loss']:.3f}")
 
@@ -152,12 +163,25 @@ def test_array_collected_into_one_dataframe(jobs, cluster):
     assert len(plot_sweep(df).data) == 2
     m = read_metrics(job.run_dir)
     assert sorted(m.task.unique()) == ['task-0', 'task-1'] and len(m) == 8
-    print(df[['schedule', 'stages', 'samples_per_s', 'final_loss']].to_string(index=False))
+    print(df[['schedule', 'D', 'samples_per_s', 'final_loss']].to_string(index=False))
+
+
+@pytest.mark.timeout(240)
+def test_the_tuners_pick_trains_as_predicted(jobs, cluster):
+    "autotune's first pick -> sbatch -> the job's run logs the same spec key, model, dtype and sequence length."
+    best, job = jobs['tuned']
+    assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
+    s = json.loads((job.run_dir / 'metrics-summary.json').read_text())
+    assert s['spec_key'] == best.key() and PipelineSpec.from_dict(s['spec']) == best
+    assert (s['spec']['model'], s['spec']['dtype'], s['spec']['seq_len']) == ('bert-tiny', 'float32', 32)
+    start = json.loads((job.run_dir / 'metrics.jsonl').read_text().splitlines()[0])
+    assert start['event'] == 'start' and start['spec_key'] == best.key()
+    assert f'# spec {best.key()}' in (job.run_dir / 'job.sh').read_text()
 
 
 @pytest.mark.timeout(120)
 def test_cancel_and_see_the_state(cluster, tmp_path):
-    job = submit(_job(tmp_path, 'cancel', TrainConfig(**T, stages=2, steps=1000)))
+    job = submit(_job(tmp_path, 'cancel', TC(**T, D=2, steps=1000)))
     _until('running', lambda: job.tasks()[0].state == 'RUNNING', 60, cluster)
     assert cli(['cancel', job.job_id]) == 0
     assert job.wait(timeout=90, poll=0.5, max_poll=2) == 'CANCELLED'
@@ -166,7 +190,7 @@ def test_cancel_and_see_the_state(cluster, tmp_path):
 
 @pytest.mark.timeout(60)
 def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
-    train = TrainConfig(**T, stages=2, steps=2)
+    train = TC(**T, D=2, steps=2)
     with pytest.raises(SlurmError, match=r"sbatch refused the job: .*(Requested node configuration is not available|gres)"):
         submit(_job(tmp_path, 'toomany', train, gpus_per_node=8, gpu_type='fake', tasks_per_node=2, cpus_per_task=4))
     with pytest.raises(SlurmError, match=r"sbatch refused the job: .*[Pp]artition"):
