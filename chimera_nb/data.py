@@ -313,6 +313,7 @@ def load_corpus(source, # a built-in name ('wikipedia'), a local path, or a hub 
                ) -> Corpus:
     "A text corpus from a built-in name, a text file or folder, a `datasets` folder (save_to_disk), or a hub name (online)."
     s = str(source)
+    if not s.strip(): raise ValueError(f"the corpus name is empty: name a built-in corpus ({', '.join(CORPORA)}), a path or a hub name")
     if s in CORPORA: return CORPORA[s](valid=valid, test=test, seed=seed)
     p = Path(s).expanduser()
     if p.is_dir() and ((p / 'dataset_dict.json').exists() or (p / 'state.json').exists()):
@@ -552,6 +553,7 @@ def bert_tokenizer(vocab=None, # a BERT vocab.txt (default: bert-base-uncased's,
     "BERT's WordPiece tokenizer (a transformers `BertTokenizerFast`) from a vocab.txt: [PAD] 0, [UNK] 100, [CLS] 101, [SEP] 102, [MASK] 103."
     from transformers import BertTokenizerFast  # transformers takes about 1 s to import: only the tokenizers need it
     vocab = existing_path(vocab, 'vocab file') if vocab is not None else minilm_path() / 'vocab.txt'
+    if not vocab.is_file() or not read_text(vocab).strip(): raise ValueError(f"vocab file {str(vocab)!r} is empty or not a file: give BERT's vocab.txt (one token per line)")
     tok = BertTokenizerFast.from_pretrained(str(tokenizer_folder('bert', {'vocab.txt': vocab})),
                                             do_lower_case=lowercase, model_max_length=max_length)
     return _check_size(tok, len(vocab.read_text(encoding='utf-8').splitlines()), vocab)
@@ -612,6 +614,8 @@ def train_tokenizer(texts:Sequence, # the training texts, e.g. corpus.texts('tra
                    ):
     "A WordPiece or byte-level BPE tokenizer trained on `texts` with `tokenizers`, cached; as a transformers fast tokenizer."
     if kind not in TOKENIZER_KINDS: raise ValueError(f"unknown tokenizer kind {kind!r}: choose one of {', '.join(TOKENIZER_KINDS)}")
+    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or not 32 <= vocab_size <= 2**20:
+        raise ValueError(f"vocab_size must be a whole number from 32 to 1048576, got {vocab_size!r}")
     if not any(t.strip() for t in texts): raise ValueError("train_tokenizer needs some non-empty text")
     def build():
         tk, trainer = _new_tokenizer(kind, vocab_size, min_frequency)

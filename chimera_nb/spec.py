@@ -392,7 +392,7 @@ def check_gpus(self:PipelineSpec, nodes:int, per_node:int) -> PipelineSpec:
                         f"{self.world_size} ranks: use nodes x GPUs per node = {fit}")
     return self
 
-# %% ../nbs/00b_spec.ipynb #280bfaba
+# %% ../nbs/00b_spec.ipynb #ed1df1e0
 DECAYS = ('cosine', 'linear', 'constant')
 PARTITIONS = ('params', 'time', 'memory')
 
@@ -417,19 +417,21 @@ class TrainConfig:
     metrics: str|None = None          # JSON-lines file of per-step metrics (rank 0); the summary and timeline go beside it
     checkpoint_dir: str|None = None   # where checkpoints go
     checkpoint_every: int = 0         # save every this many steps (0: only when stopped by a signal, and at the end)
-    resume: bool = False              # continue from the newest intact checkpoint in checkpoint_dir
+    resume: bool = False              # continue from the newest intact checkpoint in checkpoint_dir (refused if it is of another run)
+    resume_anyway: str|None = None    # with resume: fields that may differ from the checkpoint's run, comma-separated (e.g. steps,lr)
+    max_skips: int = 3                # stop after this many steps in a row with a non-finite loss or gradient norm
     local_ranks: int = 0              # start this many local gloo processes (0: read torchrun's or srun's environment)
     timeout: float = 120.0            # seconds any wait may take before the run fails
     progress: bool = True             # a progress bar on rank 0
 
     def __post_init__(self): _check_train(self)
 
-# %% ../nbs/00b_spec.ipynb #a4cd3cd4
+# %% ../nbs/00b_spec.ipynb #75b7a575
 def _check_train(c:TrainConfig):
     if not isinstance(c.spec, PipelineSpec): raise SpecError(f"spec must be a PipelineSpec, got {type(c.spec).__name__}")
     if c.spec.model is None: raise SpecError("the spec has no model: set PipelineSpec(model=...) to a preset, a folder or a hub name")
     for k, lo, hi in (('steps', 1, None), ('warmup', 0, None), ('seed', 0, 2**32 - 1), ('eval_every', 0, None),
-                      ('eval_batches', 1, None), ('checkpoint_every', 0, None), ('local_ranks', 0, 4096)):
+                      ('eval_batches', 1, None), ('checkpoint_every', 0, None), ('local_ranks', 0, 4096), ('max_skips', 1, None)):
         check_number(k, getattr(c, k), int, lo, hi)
     check_number('lr', c.lr, float, 1e-12); check_number('min_lr', c.min_lr, float, 0); check_number('weight_decay', c.weight_decay, float, 0)
     check_number('timeout', c.timeout, float, 0.1, 7 * 86400); check_number('dropout', c.dropout, float, 0, 1, none=True)
@@ -438,7 +440,7 @@ def _check_train(c:TrainConfig):
     check_choice('decay', c.decay, DECAYS); check_choice('partition', c.partition, PARTITIONS)
     fam = c.spec.family
     if c.task is not None and fam is not None: check_choice(f'task for a {fam} model', c.task, TASKS[fam])
-    for k in ('task', 'data', 'metrics', 'checkpoint_dir'):
+    for k in ('task', 'data', 'metrics', 'checkpoint_dir', 'resume_anyway'):
         v = getattr(c, k)
         if v is not None and (not isinstance(v, str) or not v.strip() or '\0' in v): raise SpecError(f"{k} must be a non-empty string, got {v!r}")
     for k in ('resume', 'progress'):

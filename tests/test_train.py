@@ -128,3 +128,102 @@ def test_pretrained_minilm_fine_tuned_on_reuters_with_chimera():
                             local_ranks=4, progress=False))
     print(f"R8 test accuracy {res.eval['accuracy']:.3f} (majority class {majority:.3f}) after 24 steps of 16 examples")
     assert res.eval['accuracy'] > majority + 0.15
+
+
+# ---- hardening: checkpoints that cannot run code or resume another run, divergence, signals, one-line errors ----
+
+SMALL = dict(model='bert-tiny', D=2, N=2, B=2, progress=False, eval_batches=1, local_ranks=2, lr=3e-3)
+
+
+def _cli(*args, env=None, timeout=200):
+    exe = Path(sys.executable).parent / 'chimera-train'
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_that_would_run_code_is_refused_and_nothing_runs(tmp_path):
+    import pickle
+    ck = tmp_path / 'ck'
+    train(TC(**SMALL, steps=2, checkpoint_dir=str(ck)))
+    d = ck / 'step_00000002'
+    assert not list(d.glob('*.pt')) and (d / 'rank00000.safetensors').exists()   # tensors and JSON only
+    sentinel = tmp_path / 'pwned'
+    class Evil:
+        def __reduce__(self): return (os.system, (f'touch {sentinel}',))
+    evil = pickle.dumps({'stages': Evil()})
+    (d / 'rank00000.safetensors').write_bytes(evil)
+    m = json.loads((d / 'manifest.json').read_text())          # an attacker who can write the folder fixes the hashes too
+    m['files']['rank00000.safetensors'] = dict(size=len(evil), sha256=__import__('hashlib').sha256(evil).hexdigest())
+    (d / 'manifest.json').write_text(json.dumps(m))
+    with pytest.raises(PipelineFailure, match='not a chimera_nb checkpoint'):
+        train(TC(**SMALL, steps=3, checkpoint_dir=str(ck), resume=True, resume_anyway='steps'))
+    assert not sentinel.exists()
+
+
+@pytest.mark.timeout(300)
+def test_resume_refuses_another_configuration_unless_named(tmp_path, capfd):
+    ck = str(tmp_path / 'ck')
+    train(TC(**SMALL, steps=2, checkpoint_dir=ck, metrics=str(tmp_path / 'm.jsonl')))
+    t = time.monotonic()
+    with pytest.raises(ValueError, match=r"holds checkpoints of another run \(step 2\): lr, seed, steps differ"):
+        train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True))
+    assert time.monotonic() - t < 5   # before any process starts
+    res = train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, resume_anyway='steps,lr,seed'))
+    assert [s for s, _ in res.losses] == [2, 3] and 'resumed from step 2' in capfd.readouterr().out
+    for broken in ('[]', 'null', '{"format": 2}', '{"format": 2, "step": 4, "world": 2, "config": {}, "files": {"a": {}}}'):
+        d = Path(ck) / 'step_00000009'; d.mkdir(exist_ok=True); (d / 'manifest.json').write_text(broken)
+        from chimera_nb.train import latest_checkpoint
+        best, skipped = latest_checkpoint(TC(**SMALL, checkpoint_dir=ck), 2, TC(**SMALL).spec.make().to_text())
+        assert best.name == 'step_00000004' and 'manifest' in skipped[0], (broken, skipped)
+
+
+@pytest.mark.timeout(200)
+def test_a_diverging_run_stops_with_its_step_and_cause(tmp_path):
+    r = _cli('-D', 2, '-N', 2, '--steps', 8, '--local-ranks', 2, '--lr', '1e30', '--no-progress', '--checkpoint-dir', tmp_path / 'ck',
+             '--checkpoint-every', 1)
+    assert r.returncode == 3, r.stderr[-2000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert '3 steps in a row had no finite update' in last and 'lower lr' in last and 'last good checkpoint is kept' in last, last
+    kept = sorted(p.name for p in (tmp_path / 'ck').glob('step_*'))
+    assert kept and kept[-1] < 'step_00000008'   # nothing after the divergence was saved over it
+
+
+@pytest.mark.timeout(300)
+def test_sigterm_to_the_launcher_checkpoints_and_resumes_the_same_trajectory(tmp_path):
+    args = ['-D', 2, '-N', 2, '--steps', 8, '--local-ranks', 2, '--no-progress', '--lr', '3e-3', '--eval-batches', 1]
+    whole = _cli(*args, '--metrics', tmp_path / 'whole.jsonl')
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    exe = Path(sys.executable).parent / 'chimera-train'
+    m = tmp_path / 'run.jsonl'
+    p = subprocess.Popen([str(exe), *map(str, args), '--metrics', str(m), '--checkpoint-dir', str(tmp_path / 'ck')],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and not (m.exists() and len(_losses(m)) >= 2): time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)                       # to the launcher only, as `kill PID` or a scheduler would
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == EXIT_REQUEUE, err[-2000:]
+    assert list((tmp_path / 'ck').glob('step_*/manifest.json')) and 'run again with --resume' in err
+    again = _cli(*args, '--metrics', m, '--checkpoint-dir', tmp_path / 'ck', '--resume')
+    assert again.returncode == 0, again.stderr[-2000:]
+    want = dict(_losses(tmp_path / 'whole.jsonl'))
+    got = dict(_losses(m))                              # the stopped run's steps, then the resumed run's
+    assert sorted(got) == list(range(1, 9)) and all(abs(got[s] - want[s]) <= 1e-6 * abs(want[s]) for s in want), (got, want)
+
+
+@pytest.mark.parametrize('args, env, msg', [
+    (['--timeout', '0'], {}, 'timeout must be >= 0.1'),
+    (['--timeout', 'nan'], {}, 'timeout must be finite'),
+    (['--model', 'bogus'], {}, "unknown model 'bogus'"),
+    (['--seed', '-1'], {}, 'seed must be >= 0'),
+    (['--seq-len', '1024'], {}, 'takes 2 to 128 tokens'),
+    (['--seq-len', '0'], {}, 'takes 2 to 128 tokens'),
+    (['--data', '/no/such/corpus.txt', '--local-ranks', '4'], {}, "corpus path '/no/such/corpus.txt' does not exist"),
+    (['--metrics', '/dev/null/m.jsonl', '--local-ranks', '4'], {}, 'metrics: cannot write into'),
+    ([], {'WORLD_SIZE': 'abc'}, "WORLD_SIZE='abc' is not a number"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, env, msg):
+    t = time.monotonic()
+    r = _cli('--steps', 1, *args, env=env, timeout=100)
+    assert r.returncode == 2 and msg in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
+    assert r.stderr.strip().count('\n') == 0 and time.monotonic() - t < 30, r.stderr
