@@ -220,7 +220,7 @@ def _tuning(ok, bad, seconds) -> Tuning:
     if len(rank): validate(rank['spec'].iloc[0].make())
     return Tuning(rank, rej, seconds, len(ok) + len(bad))
 
-# %% ../nbs/09_autotune.ipynb #7b6b5058
+# %% ../nbs/09_autotune.ipynb #918c0f3d
 PAPER_SCHEMES = {'GPipe': lambda r: r.schedule == 'gpipe', 'DAPPLE': lambda r: r.schedule == '1f1b',
                  'GEMS': lambda r: r.schedule == 'gems',
                  'Chimera': lambda r: r.label.isin(['chimera', 'chimera doubling', 'chimera halving']),
@@ -239,7 +239,7 @@ def best_per_scheme(tu:Tuning, # an `autotune` result
         x = x.iloc[0]
         rows.append(dict(scheme=name, config=f"{x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}",
                          throughput=x.throughput, memory_GiB=x.memory_GiB, bubble=x.bubble, allreduce_s=x.allreduce))
-    df = pd.DataFrame(rows)
-    ref = df.loc[df.scheme == reference, 'throughput']
+    df = pd.DataFrame(rows, columns=['scheme', 'config', 'throughput', 'memory_GiB', 'bubble', 'allreduce_s'])   # even when nothing fits
+    ref = df.loc[df.scheme == reference, 'throughput'].dropna()
     df[f'{reference} speed-up'] = (ref.iloc[0] / df.throughput) if len(ref) else float('nan')
     return df

@@ -22,7 +22,7 @@ from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
 from .train import TrainConfig, prepare_data, split_batch, provenance
-from .spec import PipelineSpec
+from .spec import PipelineSpec, check_number
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 MODES = ('dp', 'pipeline')
@@ -60,6 +60,11 @@ def check_infer_config(cfg:InferConfig) -> InferConfig:
     cfg.ranks, cfg.batch_sizes = _positive_ints(cfg.ranks, 'ranks'), _positive_ints(cfg.batch_sizes, 'batch_sizes')
     for name in ('microbatches', 'seq_len', 'iters'): _positive_ints(getattr(cfg, name), name)
     if not isinstance(cfg.warmup, int) or cfg.warmup < 0: raise ValueError(f"warmup must be an integer >= 0, got {cfg.warmup!r}")
+    check_number('seed', cfg.seed, int, 0, 2**32 - 1); check_number('timeout', cfg.timeout, float, 0.1, 7 * 86400)
+    spec = PipelineSpec(model=cfg.model, schedule='1f1b', D=1, N=1, B=1, seq_len=cfg.seq_len)   # the model exists, seq_len fits it
+    if spec.family not in (None, 'bert'): raise ValueError(f"model {cfg.model!r} is a {spec.family} model: the benchmark measures BERT")
+    if cfg.out is not None and (p := Path(cfg.out).expanduser().parent) and any(q.exists() and not q.is_dir() for q in (p, *p.parents)):
+        raise ValueError(f"out {cfg.out!r}: {p} is not a folder (a file is in the way): choose another path")
     if cfg.mode == 'pipeline':
         if cfg.schedule == 'chimera' and any(p % 2 for p in cfg.ranks):
             raise ValueError(f"Chimera needs an even number of processes, got ranks={cfg.ranks}: use gpipe for odd counts")
@@ -217,9 +222,12 @@ def infer_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     "Run the benchmark; print the table (and write --out)."
     a = vars(infer_parser().parse_args(argv)); local = a.pop('local')
-    if not local:  # the world srun / torchrun started is the one measured
-        a['ranks'] = (int(os.environ.get('WORLD_SIZE') or os.environ.get('SLURM_NTASKS') or 1),)
-    try: cfg = check_infer_config(InferConfig(**a))
+    try:
+        if not local:  # the world srun / torchrun started is the one measured
+            w = os.environ.get('WORLD_SIZE') or os.environ.get('SLURM_NTASKS') or '1'
+            if not w.strip().isdigit(): raise ValueError(f"WORLD_SIZE / SLURM_NTASKS = {w!r} is not a number: fix the launcher's environment")
+            a['ranks'] = (int(w),)
+        cfg = check_infer_config(InferConfig(**a))
     except ValueError as e: print(f"chimera_nb.infer: error: {e}", file=sys.stderr); return 2
     if local: df = benchmark(cfg)
     else: df = _from_env(cfg)

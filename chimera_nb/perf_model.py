@@ -77,7 +77,7 @@ def check_hardware(h:Hardware) -> Hardware:
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     return h
 
-# %% ../nbs/08_perf_model.ipynb #9f41d560
+# %% ../nbs/08_perf_model.ipynb #426fc6f8
 @dataclass
 class Profile:
     "Per-layer costs of `model` at one micro-batch size, and the links, on one device."
@@ -105,8 +105,13 @@ class Profile:
             raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, _positive(getattr(self, n), n, zero=True))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else _positive(self.p2p_bandwidth, 'p2p_bandwidth')
-        for l in self.layers:
-            if min(l.forward_s, l.backward_s, l.saved_bytes, l.param_bytes) < 0: raise ValueError(f"layer {l.name} has negative costs: {l}")
+        for l in self.layers:   # finite and not negative: a NaN would make every prediction NaN
+            for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes'):
+                _positive(getattr(l, k), f"layer {l.name}: {k}", zero=True)
+        if not sum(l.forward_s + l.backward_s for l in self.layers) > 0:
+            raise ValueError(f"profile of {self.model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
+        if not (isinstance(self.memory_bytes, numbers.Real) and (self.memory_bytes == math.inf or math.isfinite(self.memory_bytes)) and self.memory_bytes > 0):
+            raise ValueError(f"memory_bytes must be a positive number of bytes (inf: no limit), got {self.memory_bytes!r}")
         try: self.ties = [(tuple(int(i) for i in ls), _positive(b, 'tied bytes', zero=True)) for ls, b in self.ties]
         except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {self.ties!r}") from e
         bad = [i for ls, _ in self.ties for i in ls if not 0 <= i < len(self.layers)]

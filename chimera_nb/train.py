@@ -9,8 +9,8 @@ __all__ = ['DTYPES', 'CHECKPOINT_FORMAT', 'RESUME_FREE', 'EXIT_REQUEUE', 'PROBE_
            'tokenizer_for', 'prepare_data', 'prepare_model', 'split_batch', 'lr_factor', 'config_differences',
            'save_checkpoint', 'read_manifest', 'verify_checkpoint', 'latest_checkpoint', 'check_resume',
            'load_checkpoint', 'StopFlag', 'forwarding_signals', 'ResourceProbe', 'evaluate_model', 'TrainResult',
-           'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'check_outputs', 'train', 'run_command',
-           'main', 'RunLog', 'read_run']
+           'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'check_outputs', 'check_data', 'train',
+           'run_command', 'main', 'RunLog', 'read_run']
 
 # %% ../nbs/07_train.ipynb #c5b589ce
 import dataclasses, hashlib, io, json, math, os, signal, sys, tempfile, time, typing, warnings
@@ -361,11 +361,18 @@ class MetricsLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, 'a') as f: f.write(json.dumps(rec) + '\n')
 
-# %% ../nbs/07_train.ipynb #7003b67c
+# %% ../nbs/07_train.ipynb #e5ab4c50
+def _quiet():
+    "No weight-loading or download progress bars from transformers / huggingface_hub on this rank."
+    with contextlib.suppress(ImportError):
+        import transformers, huggingface_hub
+        transformers.utils.logging.disable_progress_bar(); huggingface_hub.utils.disable_progress_bars()
+
 def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     "Data, model, runtime, optimizer and learning-rate schedule of this rank."
     if world != cfg.world_size:
-        raise ValueError(f"the world has {world} processes, the config needs dp x stages = {cfg.spec.W} x {cfg.spec.D} = {cfg.world_size}")
+        raise ValueError(f"the world has {world} processes, the spec needs W x D = {cfg.spec.W} x {cfg.spec.D} = {cfg.world_size}")
+    if rank != 0: _quiet()   # one progress bar per run (rank 0's), not one per rank in the job's log
     td = td or prepare_data(cfg)
     s = cfg.spec.make()
     pm = prepare_model(cfg, td, s)
@@ -486,7 +493,7 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
     log.write(**out)  # last, so the metrics file's summary has the prediction too
     return out
 
-# %% ../nbs/07_train.ipynb #b54462bd
+# %% ../nbs/07_train.ipynb #4cbd04e1
 def check_outputs(cfg:TrainConfig):
     "The metrics file's folder and the checkpoint folder can be made and written."
     for what, p in (('metrics', Path(cfg.metrics).parent if cfg.metrics else None), ('checkpoint_dir', cfg.checkpoint_dir)):
@@ -496,18 +503,32 @@ def check_outputs(cfg:TrainConfig):
             with tempfile.NamedTemporaryFile(dir=p): pass
         except OSError as e: raise SpecError(f"{what}: cannot write into {str(p)!r} ({e.strerror or e}): choose a writable folder") from e
 
+def check_data(cfg:TrainConfig):
+    "Refuse a data name the task cannot read, without loading anything (a SLURM submit asks this before the job starts)."
+    task, d = cfg.task or (TASKS[cfg.spec.family][0] if cfg.spec.family else None), cfg.data
+    if d is None or task is None: return
+    if task == 'classify' and d not in D.TEXT_CLASSIFICATION:
+        raise SpecError(f"unknown text classification data {d!r}: choose one of {', '.join(D.TEXT_CLASSIFICATION)}")
+    if task == 'image' and d != 'fashion-mnist' and not d.startswith('cifar10:'):
+        raise SpecError(f"unknown image data {d!r}: 'fashion-mnist' or 'cifar10:PATH' (a cifar-10-batches-py folder)")
+    if task in ('mlm', 'clm') and d not in D.CORPORA and os.path.isabs(os.path.expanduser(d)) and not os.path.exists(os.path.expanduser(d)):
+        raise SpecError(f"corpus path {d!r} does not exist: check it, or name a built-in corpus ({', '.join(D.CORPORA)})")
+
 def _check_env():
-    "torchrun's / srun's variables, when set, are numbers."
+    "A torchrun / srun environment is there, and its variables are numbers."
+    if not ({'RANK', 'WORLD_SIZE'} <= set(os.environ) or 'SLURM_PROCID' in os.environ):
+        raise SpecError("no launcher environment (RANK / WORLD_SIZE or srun's SLURM_PROCID): pass --local-ranks N to start N local "
+                        "processes, or run under torchrun or srun")
     for k in ('WORLD_SIZE', 'RANK', 'LOCAL_RANK', 'MASTER_PORT', 'SLURM_PROCID', 'SLURM_NTASKS'):
         v = os.environ.get(k)
         if v is not None and not v.strip().isdigit(): raise SpecError(f"environment variable {k}={v!r} is not a number: unset it or fix the launcher")
 
-# %% ../nbs/07_train.ipynb #d175e351
+# %% ../nbs/07_train.ipynb #c5a7c934
 def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     "Train as `cfg` says; return rank 0's result."
     if cfg.checkpoint_every and not cfg.checkpoint_dir:   # a job's run file leaves the folder to its script
         raise SpecError(f"checkpoint_every={cfg.checkpoint_every} needs a checkpoint_dir: give --checkpoint-dir")
-    check_outputs(cfg)
+    check_outputs(cfg); check_data(cfg)
     if cfg.resume and cfg.checkpoint_dir: check_resume(cfg)
     if cfg.local_ranks:
         from chimera_nb.launch import launch_local
@@ -516,9 +537,11 @@ def train(cfg:TrainConfig, on_step=None) -> TrainResult:
             res = launch_local(train_rank, cfg.local_ranks, cfg, td, on_step, timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]
     else:
         from chimera_nb.launch import init_from_env
-        _check_env()
-        if not (dist.is_available() and dist.is_initialized()): init_from_env(timeout=cfg.timeout)
-        res = train_rank(dist.get_rank(), dist.get_world_size(), cfg, None, on_step)
+        here = not (dist.is_available() and dist.is_initialized())
+        if here: _check_env(); init_from_env(timeout=cfg.timeout)
+        try: res = train_rank(dist.get_rank(), dist.get_world_size(), cfg, None, on_step)
+        finally:   # a process group left to the interpreter's exit can abort it ('terminate called without an active exception', exit 134)
+            if here and dist.is_initialized(): dist.destroy_process_group()
     if res.error: raise TrainingDiverged(res.error)
     return res
 

@@ -52,11 +52,12 @@ def jobs(cluster, tmp_path_factory):
     tmp = tmp_path_factory.mktemp('runs')
     out = {}
     out['requeue'] = submit(_job(tmp, 'requeue', TC(**T, schedule='chimera', D=2, steps=60, seed=5)))
-    leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1')  # as from a JupyterHub session's own job
+    leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1', SRUN_CPUS_PER_TASK='64', SALLOC_PARTITION='x')  # a JupyterHub session's
     os.environ.update(leak)
     try:
         out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TC(**T, schedule='chimera', D=4, steps=6),
-                                                       gpus_per_node=4, gpu_type='fake'), mem='2G'))
+                                                       gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'))
+        out['nocuda'] = submit(_job(tmp, 'nocuda', TC(**T, D=2, steps=2), gpus_per_node=2, gpu_type='fake'))  # GPUs, a CPU torch
     finally:
         for k in leak: os.environ.pop(k)
     from chimera_nb.autotune import autotune
@@ -180,11 +181,35 @@ def test_the_tuners_pick_trains_as_predicted(jobs, cluster):
 
 
 @pytest.mark.timeout(120)
+def test_gpus_without_cuda_fail_at_once_with_the_reason(jobs, cluster):
+    job = jobs['nocuda']
+    with pytest.raises(SlurmError, match=r'ended FAILED: .*sees no CUDA.*allow_cpu'):
+        job.wait(timeout=100, poll=1, max_poll=3)
+    assert not (job.run_dir / 'metrics.jsonl').exists()   # stopped before training
+
+
+@pytest.mark.timeout(180)
+def test_resubmitting_into_a_folder_with_checkpoints(jobs, cluster, tmp_path):
+    job = jobs['train']
+    assert job.wait(timeout=170, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
+    same = TrainConfig.load(job.run_dir / 'run.toml')
+    with pytest.warns(UserWarning, match='holds checkpoints up to step 6: this job resumes them'):
+        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', same, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'),
+               dry_run=True)
+    with pytest.raises(ValueError, match=r'lr, steps differ.*fresh run folder'):
+        submit(_job(job.run_dir.parent, 'train', same.replace(steps=9, lr=1e-4), gpus_per_node=4, gpu_type='fake', allow_cpu=True), dry_run=True)
+    with pytest.raises(ValueError, match="unknown text classification data 'reuters-r9'"):
+        submit(_job(tmp_path, 'baddata', TC(**T, D=2, steps=2, task='classify', data='reuters-r9')))
+    assert not (tmp_path / 'baddata').exists()   # refused before anything was written
+    assert cli(['submit', '--run-dir', str(tmp_path / 'ck'), '--dry-run', '--', '-D', '2', '--checkpoint-every', '10']) == 0
+
+
+@pytest.mark.timeout(120)
 def test_cancel_and_see_the_state(cluster, tmp_path):
     job = submit(_job(tmp_path, 'cancel', TC(**T, D=2, steps=1000)))
     _until('running', lambda: job.tasks()[0].state == 'RUNNING', 60, cluster)
     assert cli(['cancel', job.job_id]) == 0
-    assert job.wait(timeout=90, poll=0.5, max_poll=2) == 'CANCELLED'
+    assert job.wait(timeout=90, poll=0.5, max_poll=2) == 'CANCELLED'   # a cancel is not a failure: no error
     assert job.tasks()[0].state == 'CANCELLED'
 
 

@@ -44,7 +44,7 @@ def _accepted(job):
 
 def _structure_ok(script, job):
     assert subprocess.run(['bash', '-n'], input=script, text=True, capture_output=True).returncode == 0, script
-    head = script.split('set -uo pipefail')[0].splitlines()
+    head = script.split('set -euo pipefail')[0].splitlines()
     assert all(l.startswith('#') for l in head), head  # no command before the environment block
     sb = [l for l in head if l.startswith('#SBATCH')]
     assert all(re.fullmatch(r'#SBATCH --[a-z-]+(=\S+)?', l) for l in sb), sb

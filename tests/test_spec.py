@@ -80,3 +80,17 @@ def test_a_config_file_with_flat_or_nested_spec_keys(tmp_path):
     with pytest.raises(SpecError, match=r"unknown keys \['stages'\]"): parse_config(['--config', str(tmp_path / 'bad.toml')])
     (tmp_path / 'broken.toml').write_text('D = \n')
     with pytest.raises(SpecError, match='not valid TOML'): parse_config(['--config', str(tmp_path / 'broken.toml')])
+
+
+TRAIN_FIELDS = [f for f in TrainConfig.__dataclass_fields__ if f != 'spec']
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(field=st.sampled_from(TRAIN_FIELDS + list(SPEC_FIELDS)), value=anything)
+def test_any_config_key_loads_or_is_refused_in_one_line(field, value, tmp_path_factory):
+    "A config file's key with any value (as TOML, JSON or YAML could hold it): a run, or one SpecError line."
+    try: cfg = TrainConfig.from_dict({field: value})
+    except SpecError as e: return _one_line(e)
+    assert TrainConfig.from_dict(cfg.to_dict()) == cfg
+    text = cfg.to_toml()                      # what a SLURM job writes: it reads back the same run
+    assert TrainConfig.from_dict(tomllib.loads(text)) == cfg

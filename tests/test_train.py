@@ -220,7 +220,8 @@ def test_sigterm_to_the_launcher_checkpoints_and_resumes_the_same_trajectory(tmp
     (['--seq-len', '0'], {}, 'takes 2 to 128 tokens'),
     (['--data', '/no/such/corpus.txt', '--local-ranks', '4'], {}, "corpus path '/no/such/corpus.txt' does not exist"),
     (['--metrics', '/dev/null/m.jsonl', '--local-ranks', '4'], {}, 'metrics: cannot write into'),
-    ([], {'WORLD_SIZE': 'abc'}, "WORLD_SIZE='abc' is not a number"),
+    ([], {'WORLD_SIZE': 'abc', 'RANK': '0'}, "WORLD_SIZE='abc' is not a number"),
+    ([], {}, 'pass --local-ranks N'),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, env, msg):
     t = time.monotonic()
