@@ -50,7 +50,7 @@ class Hardware(NamedTuple):
         "Achieved FLOP/s on a micro-batch of `tokens` tokens."
         return self.peak_flops * self.efficiency * tokens / (tokens + self.half_tokens)
 
-# %% ../nbs/08_perf_model.ipynb #7395bbe5
+# %% ../nbs/08_perf_model.ipynb #095d160d
 _GB = 1e9
 HARDWARE = {
     'p100-daint': Hardware('p100-daint', 9.3e12, 16 * 2**30, 30e-6, 8 * _GB, 30e-6, 1 / (8 * _GB), 0.45, 256, 'float32',
@@ -64,6 +64,11 @@ HARDWARE = {
         assumed='efficiency 40%, half_tokens; no NVLink: PCIe 4.0 x16 between GPUs (25 of 32 GB/s), InfiniBand HDR 200 Gb/s '
                 'across nodes; check whether hpg-rtx6000 holds Quadro RTX 6000 (Turing, 24 GB) instead',
         source='NVIDIA RTX 6000 Ada data sheet: 48 GB GDDR6, 364 TFLOP/s FP16 tensor with sparsity (182 dense)'),
+    'rtx-pro-6000': Hardware('rtx-pro-6000', 500e12, 96 * _GB, 15e-6, 50 * _GB, 20e-6, 1 / (25 * _GB), 0.40, 2048, 'bfloat16',
+        assumed='BF16 dense 500 TFLOP/s (the data sheet gives 4 PFLOPS FP4 with sparsity: halved for dense and twice for BF16); '
+                'efficiency 40%, half_tokens; no NVLink: PCIe 5.0 x16 between GPUs (50 of 64 GB/s), InfiniBand HDR 200 Gb/s across nodes',
+        source='NVIDIA RTX PRO 6000 Blackwell Server Edition data sheet: 96 GB GDDR7 ECC, PCIe 5.0 x16; HiPerGator hpg-rtx6000 '
+               '(8 per node, gres type rtx_pro_6000, from users\' 2026 job scripts)'),
     'l4': Hardware('l4', 121e12, 24 * _GB, 15e-6, 25 * _GB, 20e-6, 1 / (25 * _GB), 0.40, 2048, 'bfloat16',
         assumed='efficiency 40%, half_tokens; no NVLink: PCIe 4.0 x16 (25 of 32 GB/s), InfiniBand HDR 200 Gb/s across nodes',
         source='NVIDIA L4 data sheet: 24 GB GDDR6, 242 TFLOP/s BF16 with sparsity (121 dense)'),

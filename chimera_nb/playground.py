@@ -120,7 +120,7 @@ def on_choose(self:Playground, fn):
     return fn
 
 # %% ../nbs/12_playground.ipynb #99b12a79
-SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx6000-ada': 'hpg-rtx6000', 'l4': 'hpg-turin'}
+SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx-pro-6000': 'hpg-rtx6000', 'l4': 'hpg-turin'}   # HiPerGator's partition of each GPU
 
 @patch
 def slurm_form(self:Playground, **train_kw):

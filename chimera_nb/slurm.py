@@ -67,7 +67,7 @@ def run_name(spec:PipelineSpec) -> str:
     m = Path(spec.model).name if spec.source == 'folder' else (spec.model or 'schedule').split('/')[-1]
     return re.sub(r'[^A-Za-z0-9_.+-]', '-', f"{spec.label.replace(' ', '-')}-{m}-W{spec.W}D{spec.D}")[:64]
 
-# %% ../nbs/10_slurm.ipynb #b8720013
+# %% ../nbs/10_slurm.ipynb #d069462d
 @dataclass
 class SlurmJob:
     "A training run and the resources it asks SLURM for."
@@ -95,6 +95,8 @@ class SlurmJob:
     allow_cpu: bool = False                # a GPU job whose Python sees no CUDA trains on the CPU (default: it stops at once)
 
     def __post_init__(self):
+        for k in ('run_dir', 'python'):   # ~ as the shell would expand it (the script quotes the value, so it would not)
+            if isinstance(getattr(self, k), str) and getattr(self, k).startswith('~'): setattr(self, k, os.path.expanduser(getattr(self, k)))
         if isinstance(self.train, TrainConfig):
             if self.name is None: self.name = run_name(self.train.spec)
             if self.run_dir is None: self.run_dir = f'runs/{self.name}-{self.train.spec.key()[:6]}'
@@ -707,7 +709,7 @@ def job_form(train:TrainConfig|None=None, job:SlurmJob|None=None) -> JobForm:
     "A form that fills a job description, shows its script, submits and monitors."
     return JobForm(train, job)
 
-# %% ../nbs/10_slurm.ipynb #bcc93e9d
+# %% ../nbs/10_slurm.ipynb #2d7b3007
 CHANGE = ["WHAT TO CHANGE before `sbatch` (from the folder where the run's files should go):",
           "  --account / --qos: your group (the burst QOS <group>-b has no GPUs); --time, --nodes as you need",
           "  PYTHON and the module / conda lines: an environment with chimera_nb installed (pip install chimera-nb)",
@@ -728,9 +730,11 @@ def ready_scripts() -> dict:
             out[f'{model}-{sch}.sbatch'] = _ready(f'{model}-{sch}', TrainConfig(spec, **big), nodes=4, time='08:00:00')
     out['cnn-prelim.sbatch'] = _ready('cnn-prelim', TrainConfig(PipelineSpec(model='cnn', schedule='chimera', D=2, B=32), data='fashion-mnist',
                                       steps=500, checkpoint_every=100), 'hpg-turin', gpus_per_node=2, time='01:00:00')
-    out['bert-classify-prelim.sbatch'] = _ready('bert-classify-prelim', TrainConfig(PipelineSpec(model='bert-base', schedule='chimera', D=2, B=8),
-                                                task='classify', data='reuters-r8', steps=300, lr=5e-5, checkpoint_every=100),
-                                                'hpg-turin', gpus_per_node=2, time='01:00:00')
+    # as 21_exp_bert's full form: the pretrained MiniLM (the package's weights) fine-tuned on Reuters R8 with Chimera
+    minilm = PipelineSpec(model='minilm-l6', schedule='chimera', D=4, N=4, B=8, seq_len=128)
+    out['bert-classify-prelim.sbatch'] = _ready('bert-classify-prelim', TrainConfig(minilm, task='classify', data='reuters-r8',
+                                                steps=2 * 5485 // 32, lr=2e-4, warmup=3, eval_batches=69, checkpoint_every=100),
+                                                'hpg-turin', nodes=2, gpus_per_node=2, time='01:00:00')
     out['bert-infer-bench.sbatch'] = INFER_SCRIPT
     return out
 

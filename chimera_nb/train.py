@@ -26,7 +26,7 @@ from .runtime import PipelineRuntime, PipelineFailure, NonFiniteLossError, clip_
 # %% ../nbs/07_train.ipynb #14352528
 DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.float32}  # bf16: fp32 weights, autocast
 
-# %% ../nbs/07_train.ipynb #1753a1c9
+# %% ../nbs/07_train.ipynb #53fc79bf
 @dataclass
 class TaskData:
     "What a run trains and evaluates on."
@@ -39,7 +39,7 @@ class TaskData:
 def _family(cfg:TrainConfig) -> str:
     "The model family (a hub model's is read from its config here)."
     from chimera_nb.models import _family_of
-    return cfg.spec.family or _family_of(cfg.spec.model)
+    return cfg.spec.family or _family_of(cfg.spec.location)
 
 def task_of(cfg:TrainConfig) -> str:
     "The task: as configured, or the model family's first (mlm for BERT, clm for GPT-2, image for the CNN)."
@@ -49,12 +49,12 @@ def seq_len_of(cfg:TrainConfig) -> int:
     "Tokens per example: the spec's (a hub model, whose positions the spec could not read, defaults to 128)."
     return cfg.spec.seq_len if cfg.spec.seq_len is not None else 128
 
-# %% ../nbs/07_train.ipynb #7858b86f
+# %% ../nbs/07_train.ipynb #440f145a
 def tokenizer_for(cfg:TrainConfig, texts) -> object:
     "The tokenizer the model's vocabulary was made for (trained on `texts` for a tiny preset's own vocabulary size)."
     family = _family(cfg)
-    if cfg.spec.model not in PRESETS:  # a saved checkpoint brings its vocabulary
-        p = Path(cfg.spec.model)
+    if cfg.spec.model not in PRESETS:  # a saved or packaged model brings its vocabulary
+        p = Path(cfg.spec.location)
         return D.bert_tokenizer(p / 'vocab.txt') if family == 'bert' else D.gpt2_tokenizer(p / 'vocab.json', p / 'merges.txt')
     vocab = PRESETS[cfg.spec.model].config['vocab_size']
     if family == 'bert' and vocab == 30522: return D.bert_tokenizer()
@@ -90,13 +90,13 @@ def _prepare_data(cfg:TrainConfig) -> TaskData:
                              f"micro_batch_size): use smaller batches, a shorter seq_len, or more data")
     return out
 
-# %% ../nbs/07_train.ipynb #ff4a0362
+# %% ../nbs/07_train.ipynb #d6648105
 def prepare_model(cfg:TrainConfig, td:TaskData, schedule):
     "The model split into the schedule's stages (every rank builds the same one from the seed)."
     task = task_of(cfg)
     extra = dict(num_labels=td.num_labels) if task == 'classify' else {}
     if task == 'image': extra = dict(**td.model_config)
-    m = build(cfg.spec.model, task, seed=cfg.seed, dropout=cfg.dropout, **extra)
+    m = build(cfg.spec.location, task, seed=cfg.seed, dropout=cfg.dropout, **extra)
     kw = {}
     if cfg.partition in ('time', 'memory'):
         x, y = split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed))
