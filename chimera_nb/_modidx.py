@@ -966,4 +966,5 @@ d = { 'settings': { 'branch': 'main',
                                 'chimera_nb.viz.resolve_theme': ('viz.html#resolve_theme', 'chimera_nb/viz.py'),
                                 'chimera_nb.viz.save_html': ('viz.html#save_html', 'chimera_nb/viz.py'),
                                 'chimera_nb.viz.save_image': ('viz.html#save_image', 'chimera_nb/viz.py'),
-                                'chimera_nb.viz.to_chrome_trace': ('viz.html#to_chrome_trace', 'chimera_nb/viz.py')}}}
+                                'chimera_nb.viz.to_chrome_trace': ('viz.html#to_chrome_trace', 'chimera_nb/viz.py'),
+                                'chimera_nb.viz.variant_hint': ('viz.html#variant_hint', 'chimera_nb/viz.py')}}}

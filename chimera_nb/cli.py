@@ -63,7 +63,7 @@ def training_demo(stages:int=4, # D = local processes
     Path(metrics).unlink(missing_ok=True)
     cfg = TrainConfig(PipelineSpec(model='bert-tiny', schedule='chimera', D=stages, N=stages, B=4), task='mlm', data='wikipedia',
                       steps=steps, lr=1e-2, warmup=3, local_ranks=stages, metrics=metrics, progress=False)
-    print(f"\nPre-training {cfg.model} (masked-LM, Wikipedia slice) with Chimera on {stages} local processes, {steps} steps "
+    print(f"\nPre-training {cfg.spec.model} (masked-LM, Wikipedia slice) with Chimera on {stages} local processes, {steps} steps "
           f"of {cfg.global_batch_size} sequences:", file=out)
     res = train(cfg)
     for step, loss in res.losses[::max(1, steps // 6)] + res.losses[-1:]: print(f"  step {step + 1:3d}  loss {loss:.3f}", file=out)
@@ -116,8 +116,8 @@ def parse_options(pairs:list) -> dict:
 
 # %% ../nbs/11_cli.ipynb #42e24f6d
 def plot_command(name:str, stages:int, microbatches:int, out, options:dict|None=None, costs=None,
-                 memory:bool=False, theme:str='light', width:int=1200) -> Path:
-    "Write the timeline (and memory picture) of a schedule to `out`: .html, or .png / .svg / .pdf through kaleido."
+                 memory:bool=False, theme:str='light', width:int=1200) -> list:
+    "Write the timeline (and memory picture) of a schedule to `out`: .html, or .png / .svg / .pdf through kaleido; every file written."
     from chimera_nb.viz import plot_timeline, plot_memory, save_html, save_image
     from plotly.subplots import make_subplots
     out = Path(out)
@@ -126,14 +126,15 @@ def plot_command(name:str, stages:int, microbatches:int, out, options:dict|None=
     tl = simulate(make_schedule(name, stages, microbatches, **(options or {})), costs)
     figs = [plot_timeline(tl, theme=theme)] + ([plot_memory(tl, theme=theme)] if memory else [])
     if out.suffix.lower() == '.html':
-        if len(figs) == 1: return save_html(figs[0], out)
+        if len(figs) == 1: return [save_html(figs[0], out)]
         out.parent.mkdir(parents=True, exist_ok=True)
         parts = [f.to_html(full_html=False, include_plotlyjs=(i == 0)) for i, f in enumerate(figs)]
         out.write_text("<html><head><meta charset='utf-8'></head><body>" + ''.join(parts) + "</body></html>")
-        return out
+        return [out]
+    paths = [save_image(figs[0], out, width=width)]
     if memory:   # one image: the memory picture's pieces under the timeline would need a layout merge; two files instead
-        save_image(figs[1], out.with_name(out.stem + '-memory' + out.suffix), width=width)
-    return save_image(figs[0], out, width=width)
+        paths.append(save_image(figs[1], out.with_name(out.stem + '-memory' + out.suffix), width=width))
+    return paths
 
 # %% ../nbs/11_cli.ipynb #1479ac4e
 def export_command(name:str, stages:int, microbatches:int, what:str, out=None, options:dict|None=None, costs=None) -> str:
@@ -186,9 +187,9 @@ def main(argv=None):
             s = make_schedule(a.name, a.stages, a.microbatches, **opts)
             print(s.to_csv() if a.csv else s.to_text(), end='')
         elif a.cmd == 'plot':
-            path = plot_command(a.name, a.stages, a.microbatches, a.out, parse_options(a.option),
-                                parse_costs(a.costs, a.p2p, a.allreduce), a.memory, a.theme)
-            print(f"wrote {path}")
+            paths = plot_command(a.name, a.stages, a.microbatches, a.out, parse_options(a.option),
+                                 parse_costs(a.costs, a.p2p, a.allreduce), a.memory, a.theme)
+            print(f"wrote {', '.join(map(str, paths))}")
         elif a.cmd == 'export':
             text = export_command(a.name, a.stages, a.microbatches, a.format, a.out, parse_options(a.option),
                                   parse_costs(a.costs, a.p2p, a.allreduce))

@@ -286,7 +286,7 @@ def submit_env(env:dict|None=None) -> dict:
     env = dict(os.environ if env is None else env)
     return {k: v for k, v in env.items() if not k.startswith(('SLURM_', 'SRUN_', 'SALLOC_')) or k == 'SLURM_CONF'}
 
-# %% ../nbs/10_slurm.ipynb #edda2700
+# %% ../nbs/10_slurm.ipynb #1010ba59
 def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
     d = dataclasses.asdict(job)
     d['train'] = job.train.to_dict()
@@ -312,12 +312,17 @@ def submit(job:SlurmJob, # the job
     script = render(job, configs)
     run = Path(job.run_dir).absolute()
     _check_reuse(run, configs or [job.train])
+    made = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
     (run / 'job.sh').write_text(script)
     if dry_run: return run / 'job.sh'
-    p = subprocess.run([_need('sbatch'), '--parsable', str(run / 'job.sh')], capture_output=True, text=True, timeout=120, env=submit_env())
-    if p.returncode != 0:
-        raise SlurmError(f"sbatch refused the job: {(p.stderr or p.stdout).strip()}")
+    try:
+        p = subprocess.run([_need('sbatch'), '--parsable', str(run / 'job.sh')], capture_output=True, text=True, timeout=120, env=submit_env())
+        if p.returncode != 0: raise SlurmError(f"sbatch refused the job: {(p.stderr or p.stdout).strip()}")
+    except BaseException:   # nothing submitted: leave nothing behind (render(job) shows the script)
+        (run / 'job.sh').unlink(missing_ok=True)
+        if made and not any(run.iterdir()): run.rmdir()
+        raise
     job_id = p.stdout.strip().split(';')[0]
     rec = _job_record(job, configs or [job.train], job_id)
     prev = json.loads((run / 'job.json').read_text()).get('history', []) if (run / 'job.json').exists() else []

@@ -7,10 +7,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 # %% auto #0
 __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'THEMES', 'LABEL_LIMIT', 'BAR_WIDTH', 'COMM_COLORS', 'COMM_NAMES',
            'RASTER_LIMIT', 'RASTER_COLUMNS', 'DASHES', 'MEMORY_POINTS', 'BROWSERS', 'EXPORTS', 'COST_PRESETS',
-           'EXPLORER_LIMITS', 'pipe_name', 'bar_color', 'as_timeline', 'resolve_theme', 'action_traces', 'bubble_trace',
-           'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory', 'Comparison', 'compare', 'overlay',
-           'save_html', 'find_chromium', 'save_image', 'p2p_dependencies', 'to_chrome_trace', 'export_schedule',
-           'bubble_note', 'PageProbe', 'Explorer', 'explorer']
+           'EXPLORER_LIMITS', 'VARIANTS', 'pipe_name', 'bar_color', 'as_timeline', 'resolve_theme', 'action_traces',
+           'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory', 'Comparison', 'compare',
+           'overlay', 'save_html', 'find_chromium', 'save_image', 'p2p_dependencies', 'to_chrome_trace',
+           'export_schedule', 'bubble_note', 'variant_hint', 'PageProbe', 'Explorer', 'explorer']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
 import colorsys, html, json, os, shutil, time
@@ -549,7 +549,25 @@ def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|N
     return (f"Simulated bubble {tl.bubble_ratio:.1%} vs closed form {cf['bubble']:.1%} "
             f"({tl.bubble_ratio - cf['bubble']:+.1%}): " + '; '.join(why) + '.')
 
-# %% ../nbs/02_viz.ipynb #19b10387
+# %% ../nbs/02_viz.ipynb #b105b687
+# halving is left out: its half-size micro-batches look free in unit costs, but run below the device's best B (paper §3.5)
+VARIANTS = {'chimera': [dict(concat=c) for c in ('direct', 'doubling', 'zero-bubble')], 'interleaved-1f1b': [dict(chunks=c) for c in (2, 4)]}
+
+def variant_hint(spec:PipelineSpec, costs:Costs, makespan:float) -> str:
+    "One line naming the variant of the spec's schedule that is shortest under `costs`, when it beats `makespan` by more than 1%."
+    best = None
+    for opts in VARIANTS.get(spec.schedule, []):
+        try: v = spec.replace(**opts)
+        except SpecError: continue   # not valid at this D, N (e.g. doubling needs N >= 2D)
+        if v == spec: continue
+        m = simulate(v.make(), costs).makespan
+        if m < makespan * 0.99 and (best is None or m < best[1]): best = (v, m)
+    if best is None: return ''
+    v, m = best
+    change = ', '.join(f'{k} = {x}' for k, x in v.options.items() if getattr(spec, k) != x)
+    return f"Hint: {v.label} draws this in {m:.3g} ({1 - m / makespan:.0%} shorter): choose {change}."
+
+# %% ../nbs/02_viz.ipynb #1e75872f
 import anywidget, traitlets
 
 _PROBE_JS = """
@@ -590,7 +608,7 @@ class PageProbe(anywidget.AnyWidget):
     _esm = _PROBE_JS
     theme = traitlets.Unicode('').tag(sync=True)
 
-# %% ../nbs/02_viz.ipynb #09da375d
+# %% ../nbs/02_viz.ipynb #ad6ef866
 import ipywidgets as W
 
 def _checked_size(what:str, v, lo:int, hi:int) -> str:
@@ -610,12 +628,12 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     resolve_theme(theme)
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
-# %% ../nbs/02_viz.ipynb #fdf7a13e
+# %% ../nbs/02_viz.ipynb #93fbee7d
 class Explorer(W.VBox):
     "Schedule explorer: controls, a message line, metrics, timeline + memory figures, a bubble note and save buttons."
     spec = traitlets.Instance(PipelineSpec)   # what is drawn; the schedule controls edit it, and setting it moves them
 
-    def __init__(self, schedule:str='chimera', D:int=4, N:int=8, memory:bool=True, width:int|None=None,
+    def __init__(self, schedule:str='chimera', D:int=4, N:int=4, memory:bool=True, width:int|None=None,
                  theme:str='auto', costs:str='B = 2F (paper; split: B = W = F)', folder='explorer-out', spec:PipelineSpec|None=None):
         if spec is not None: schedule, D, N = spec.schedule, spec.D, spec.N
         _check_explorer_args(schedule, D, N, theme, costs)
@@ -691,7 +709,7 @@ class Explorer(W.VBox):
     def costs(self) -> Costs:
         return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
 
-# %% ../nbs/02_viz.ipynb #9be7f3fe
+# %% ../nbs/02_viz.ipynb #9f0da20d
 def _replace(fw:go.FigureWidget, fig:go.Figure):
     "Redraw `fw` with the traces and layout of `fig`; layout properties `fig` lacks are reset, so none stay stale."
     stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
@@ -701,7 +719,7 @@ def _replace(fw:go.FigureWidget, fig:go.Figure):
         fw.add_traces(list(fig.data))
         fw.layout = fig.layout
 
-# %% ../nbs/02_viz.ipynb #2e54aa99
+# %% ../nbs/02_viz.ipynb #6d2e755f
 @patch
 def _fail(self:Explorer, msg:str):
     self.error = msg
@@ -753,14 +771,14 @@ def redraw(self:Explorer):
     else:
         _replace(self.fig, figs[0])
         if self._memory: _replace(self.memfig, figs[1])
-    self.note.value = (f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>"
-                       if (n := bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options())) else '')
+    notes = [n for n in (bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), variant_hint(sp, self.costs(), tl.makespan)) if n]
+    self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
     if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
     self._status('drawing in the browser…')
     self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
 
-# %% ../nbs/02_viz.ipynb #62a80f30
+# %% ../nbs/02_viz.ipynb #c6526f3f
 @patch
 def _status(self:Explorer, timing:str):
     tl, name, sp = self.timeline, self.spec.schedule, self.spec
@@ -783,7 +801,7 @@ def _rendered(self:Explorer, widget, content, buffers):
     self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
                  f"(browser {self.render_seconds * 1000:.0f} ms)")
 
-# %% ../nbs/02_viz.ipynb #49c4e541
+# %% ../nbs/02_viz.ipynb #e67f5b2b
 @patch
 def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'torch-csv'
          folder=None) -> Path:
@@ -807,8 +825,8 @@ def _save_clicked(self:Explorer, btn):
         self.saved.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"; return
     self.saved.value = f"<span>saved <code>{html.escape(str(p))}</code></span>"
 
-# %% ../nbs/02_viz.ipynb #21bf032c
-def explorer(schedule:str='chimera', D:int=4, N:int=8, memory:bool=True, # also draw the memory picture
+# %% ../nbs/02_viz.ipynb #c173e1d1
+def explorer(schedule:str='chimera', D:int=4, N:int=4, memory:bool=True, # also draw the memory picture (default: the paper's D = N, where Chimera wins)
              width:int|None=None, # figure width in px (None: the width of the notebook)
              theme:str='auto', # 'auto' follows JupyterLab's light / dark theme
              costs:str='B = 2F (paper; split: B = W = F)', # a COST_PRESETS name

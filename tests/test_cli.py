@@ -55,5 +55,8 @@ def test_plot_html(tmp_path):
 @pytest.mark.skipif(not (shutil.which('chromium') or os.access('/usr/bin/chromium', os.X_OK)), reason='PNG needs Chromium')
 def test_plot_png(tmp_path):
     out = tmp_path / 'zb.png'
-    run('plot', 'zb-h1', '-D', 4, '-N', 8, '--costs', 'f=b', '--out', out)
+    r = run('plot', 'zb-h1', '-D', 4, '-N', 8, '--costs', 'f=b', '--memory', '--out', out)
     assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and out.stat().st_size > 10_000
+    mem = tmp_path / 'zb-memory.png'
+    assert mem.exists() and f"wrote {out}, {mem}" in r.stdout   # every file it writes is named
+    assert 'Traceback' not in r.stderr and '{' not in r.stderr, r.stderr

@@ -223,7 +223,8 @@ def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv('PATH', '/nonexistent')
     with pytest.raises(SlurmError, match="not a SLURM node.*render"):
         submit(_job(tmp_path, 'nosbatch', train))
-    assert (tmp_path / 'nosbatch' / 'job.sh').exists()  # the script is written even so
+    assert not (tmp_path / 'nosbatch').exists()  # a failed submit leaves nothing behind
+    assert not (tmp_path / 'toomany').exists() and not (tmp_path / 'nopart').exists()
     assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--', '--stages', '2']) == 1
     assert 'not a SLURM node' in capsys.readouterr().err
     assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--dry-run', '--', '--stages', '2']) == 0  # rendering needs no SLURM
