@@ -5,6 +5,7 @@ PY     := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 DATA_STAMP := $(VENV)/.data-installed
+JUPYTER_CFG := $(HOME)/.jupyter/jupyter_server_config.py
 
 .PHONY: install data demo test export check bench readme
 
@@ -13,7 +14,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,data]"
-	-$(VENV)/bin/nbdev-install-hooks >/dev/null   # notebooks saved from Jupyter are cleaned (clear_all: no outputs), merges fixed
+	@# nbdev's Jupyter save hook (what nbdev-install-hooks writes, without its git drivers): the project's notebooks are
+	@# saved clean (pyproject: jupyter_hooks, clear_all), so running one leaves git status clean
+	@mkdir -p $(HOME)/.jupyter; grep -qs nbdev_clean_jupyter $(JUPYTER_CFG) || printf '%s\n' '' 'def nbdev_clean_jupyter(**kwargs):' \
+	  '    try: from nbdev.clean import clean_jupyter' '    except ModuleNotFoundError: return' '    clean_jupyter(**kwargs)' '' \
+	  'c.ContentsManager.pre_save_hook = nbdev_clean_jupyter' >> $(JUPYTER_CFG)
 	touch $@
 
 # packages that only carry data (R8 / 20 Newsgroups, a pretrained BERT, GPT-2's BPE): their files, not their dependencies.

@@ -1,5 +1,5 @@
-"""Running a notebook of this project in Jupyter leaves git clean: `make install` runs nbdev-install-hooks, whose
-pre-save hook cleans every notebook Jupyter saves inside the project (pyproject: jupyter_hooks, clear_all), outputs
+"""Running a notebook of this project in Jupyter leaves git clean: `make install` writes nbdev's Jupyter
+pre-save hook, which cleans every notebook Jupyter saves inside the project (pyproject: jupyter_hooks, clear_all), outputs
 included. Tested through Jupyter's own FileContentsManager.save, in a copy of the project's settings."""
 import json, shutil
 from pathlib import Path
@@ -26,6 +26,6 @@ def test_jupyter_saves_a_run_notebook_clean(tmp_path, monkeypatch):
 
 
 def test_make_install_installs_the_hook():
-    assert 'nbdev-install-hooks' in (ROOT / 'Makefile').read_text()
+    assert 'c.ContentsManager.pre_save_hook = nbdev_clean_jupyter' in (ROOT / 'Makefile').read_text()
     cfg = (ROOT / 'pyproject.toml').read_text()
     assert 'jupyter_hooks = true' in cfg and 'clear_all = true' in cfg
