@@ -560,10 +560,10 @@ def plot_sweep(df, y:str='samples_per_s', # a column of `collect`'s table
     df = df.assign(label=[f"{r.schedule} D={r.D} W={r.W}" for r in df.itertuples()])
     return px.bar(df, x='label', y=y, color='schedule', title=title, text_auto='.3s')
 
-# %% ../nbs/10_slurm.ipynb #771a888c
+# %% ../nbs/10_slurm.ipynb #91d322f0
 def cli_parser():
-    import argparse
-    p = argparse.ArgumentParser(prog='chimera-slurm', description='Submit, watch and collect chimera_nb training jobs on SLURM.')
+    from chimera_nb.spec import OneLineParser
+    p = OneLineParser(prog='chimera-slurm', description='Submit, watch and collect chimera_nb training jobs on SLURM.')
     sub = p.add_subparsers(dest='cmd', required=True)
     s = sub.add_parser('submit', help='render the batch script and sbatch it (training flags after --)')
     s.add_argument('--preset', default='generic', choices=list(PRESETS))

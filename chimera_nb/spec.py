@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/spec.html.md"""
 __all__ = ['PRESETS', 'TASKS', 'PACKAGED', 'DTYPES', 'SOURCES', 'SYNCS', 'NONE_AS', 'DECAYS', 'PARTITIONS', 'FLAG_ALIASES',
            'SpecError', 'Preset', 'ModelInfo', 'package_folder', 'model_info', 'field_docs', 'check_number',
            'check_choice', 'PipelineSpec', 'toml_string', 'toml_lines', 'read_toml', 'load_dict', 'layouts',
-           'TrainConfig', 'split_keys', 'config_parser', 'parse_config', 'main']
+           'TrainConfig', 'split_keys', 'OneLineParser', 'config_parser', 'parse_config', 'main']
 
 # %% ../nbs/00b_spec.ipynb #08653ab5
 import dataclasses, functools, hashlib, inspect, json, math, numbers, os, re, typing
@@ -538,11 +538,16 @@ def _add_flags(g, cls, docs:dict, skip=()):
         else: g.add_argument(*flags, dest=f.name, type=kind, default=None, metavar=f.name.upper(), help=h.replace('%', '%%'))
         if kind is bool: g.add_argument('--no-' + f.name.replace('_', '-'), dest=f.name, action='store_false', help=f"not {f.name}")
 
-# %% ../nbs/00b_spec.ipynb #732163e0
+# %% ../nbs/00b_spec.ipynb #cca3ae6a
+import argparse
+
+class OneLineParser(argparse.ArgumentParser):
+    "argparse, with a mistyped flag answered in one line (and exit 2) instead of the whole usage."
+    def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 def config_parser():
     "The `chimera-train` argument parser: `--spec`, `--config` and one flag per field, each with its help."
-    import argparse
-    p = argparse.ArgumentParser(prog='chimera-train', description='Train a model with any pipeline schedule (Chimera, 1F1B, ...) '
+    p = OneLineParser(prog='chimera-train', description='Train a model with any pipeline schedule (Chimera, 1F1B, ...) '
                                 'on local processes, torchrun or srun.')
     p.add_argument('--spec', metavar='FILE', help='a PipelineSpec file (.toml or .json), e.g. saved by the autotuner or the playground')
     p.add_argument('--config', metavar='FILE', help='a whole run (.toml or .json): training keys, and spec keys flat or under [spec]')

@@ -126,3 +126,22 @@ def test_run_file_round_trip(tmp_path):
     cfg = TC(model='gpt2-tiny', schedule='1f1b', D=2, W=2, lr=3e-4, recompute=True, data='wikipedia', dropout=0.0)
     (tmp_path / 'run.toml').write_text(run_toml(cfg))
     assert parse_config(['--config', str(tmp_path / 'run.toml')]) == cfg
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@given(job_argv=st.lists(st.sampled_from(['--preset', 'hpg-b200', 'generic', '--nodes', '0', '2', '-3', '--gpus-per-node', '8', '--time', '1:00:00',
+                                 'x', '--mem', '16gb', '--run-dir', '~/r', '--name', 'a b', '--qos', 'g-b', '--env', 'A=1', 'B', '--module',
+                                 'cuda/12.8', '--extra', '--exclusive', '--signal-before', '99999']), max_size=10),
+       train_argv=st.lists(st.sampled_from(['-D', '3', '2', '-N', '4', '--model', 'bogus', 'bert-tiny', '--lr', 'nan', '1e-3', '--steps', '0',
+                                 '--checkpoint-every', '10', '--data', '-x', 'reuters-r9', '--task', 'classify', '--seq-len', '9999']), max_size=10))
+def test_chimera_slurm_flags_never_give_a_traceback(job_argv, train_argv):
+    "Any chimera-slurm submit line: a script (exit 0) or one line of error (exit 1 or 2); argparse's own usage exit is 2."
+    import contextlib, io
+    from chimera_nb.slurm import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try: rc = main(['submit', *job_argv, '--dry-run', '--', *train_argv])
+        except SystemExit as e: rc = e.code
+    assert rc in (0, 1, 2) and 'Traceback' not in err.getvalue(), err.getvalue()
+    if rc == 0: assert out.getvalue().startswith('#!/bin/bash')
+    else: assert err.getvalue().strip().count('\n') == 0, err.getvalue()   # one line, argparse's too
