@@ -510,7 +510,7 @@ class _Found:
     span: float = math.inf
     how: str = ''
     bound: float = 0.0
-    optimal: bool = False
+    optimal: bool = False  # CP-SAT closed it (in its integer model)
 
     def offer(self, orders:list|None, how:str) -> bool:
         "Keep `orders` if they fit the memory and beat the best; return whether they did."
@@ -557,7 +557,7 @@ class SearchResult:
     @property
     def gap(self) -> float:
         "How far the makespan may be above the optimum: makespan / lower_bound - 1."
-        return self.makespan / self.lower_bound - 1 if self.lower_bound > 0 else math.inf
+        return max(0.0, self.makespan / self.lower_bound - 1) if self.lower_bound > 0 else math.inf
 
     def save(self, path) -> str:
         "Write the schedule as text (or CSV, for a `.csv` path) for a job to run; return what was written."
@@ -597,16 +597,17 @@ def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
 
 # %% ../nbs/01a_search.ipynb #4f5cdcc8
 def _exact(found:dict, deadline:float, workers:int|None):
-    "CP-SAT on each placement that could still hold a shorter schedule, most promising first, sharing the time left."
-    best = min(x.span for x in found.values())
-    todo = sorted((f for f in found.values() if f.orders is not None and f.bound < best - 1e-9), key=lambda f: f.bound)
-    for i, f in enumerate(todo):
+    "CP-SAT on the placements that could still hold a shorter schedule, lowest bound first, until proven or out of time."
+    for _ in range(2 * len(found)):
         best, left = min(x.span for x in found.values()), deadline - time.perf_counter()
-        if best <= min(x.bound for x in found.values()) + 1e-9 or left <= 0.2: break
-        if f.bound >= best - 1e-9: continue
-        ex = solve_exact(f.p, f.orders, left / (len(todo) - i), workers)
+        open_ = sorted((f for f in found.values() if f.orders is not None and not f.optimal and f.bound < best - 1e-9),
+                       key=lambda f: f.bound)
+        if not open_ or left <= 0.2: break
+        f = open_[0]
+        ex = solve_exact(f.p, f.orders, left / len(open_), workers)
         f.bound = max(f.bound, ex.bound)
         f.offer(ex.orders, 'cp-sat')
+        f.optimal = ex.optimal  # proven in its integer model: more time will not help
 
 # %% ../nbs/01a_search.ipynb #c276b179
 def _local(found:dict, deadline:float, seed:int):
@@ -684,6 +685,7 @@ def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:
     span, s, peak, how, pl = cand[0]
     lb = min((f.bound for f in found.values()), default=math.inf)
     if how.startswith('fixed') and (s.microbatch_scale != 1 or s.recompute): lb = min(lb, structural_bound(problem_of(s, costs, memory)))
+    if span <= lb + 1e-9 * max(1.0, lb): lb = min(lb, span)  # equal up to rounding: proven optimal
     res = dict(placement=pl, weights=WEIGHT_COPIES[pl], makespan=span, peak=peak)
     comp, pls = _tables(fits, found, res)
     return SearchResult(s, span, lb, span <= lb + 1e-9 * max(1.0, lb), peak, pl, how, time.perf_counter() - t0,
