@@ -381,7 +381,8 @@ def _cp_model(p:Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
         ev = [(var[a], 1) if a.kind == 'F' else (var[a] + d[frees][a.stage], -1) for a in p.actions
               if s.placement[(a.pipe, a.stage)] == r and a.kind in ('F', frees)]
         if ev and k_slots_bind(p, r): m.AddReservoirConstraint([e for e, _ in ev], [c for _, c in ev], 0, p.slots)
-    span = m.NewIntVar(0, horizon, 'makespan')
+    lb = int(math.ceil(structural_bound(dataclasses.replace(p, dur=d, transfer=tr)) - 1e-6))  # stop once a solution meets it
+    span = m.NewIntVar(min(lb, horizon), horizon, 'makespan')
     for a in p.actions: m.Add(span >= var[a] + d[a.kind][a.stage])
     m.Minimize(span)
     times = walk(hint, dataclasses.replace(p, dur=d, transfer=tr), links=False)[0]
