@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/search.html.md"""
 __all__ = ['PLACEMENTS', 'WEIGHT_COPIES', 'RULES', 'EXACT_ACTIONS', 'placement_map', 'placement_of', 'costs_for', 'Problem',
            'make_problem', 'walk', 'peaks', 'fixed_variants', 'fixed_table', 'heads_tails', 'jackson',
            'structural_bound', 'Policy', 'list_order', 'k_slots_bind', 'Exact', 'solve_exact', 'critical_chain',
-           'improve', 'as_problem_orders', 'problem_of', 'SearchResult', 'search_schedule']
+           'improve', 'as_problem_orders', 'fit_memory', 'problem_of', 'SearchResult', 'search_schedule']
 
 # %% ../nbs/01a_search.ipynb #683c0943
 import dataclasses, heapq, math, os, random, time, warnings
@@ -233,7 +233,8 @@ class Policy(NamedTuple):
     fifo: bool = False    # ties: oldest micro-batch first (else longest tail first)
     cap: int = 1 << 30    # at most this many micro-batches in flight (entered, not yet freed everywhere)
     eager_w: bool = False # run W right after its B (no deferral)
-    gate: str = 'entry'   # memory held when a micro-batch enters the pipe ('entry', never stalls) or reaches a rank ('rank')
+    gate: str = 'entry'   # memory held when a micro-batch enters the pipe ('entry'), reaches a rank ('rank'), or per pipe ('pipe')
+    noise: int = 0        # > 0: seed of random jitter on the priorities (iterated list scheduling)
 
 # %% ../nbs/01a_search.ipynb #dbf6cc52
 def _successors(a:Action, e:float, p:Problem, end:dict) -> list:
@@ -264,23 +265,38 @@ def _pick(heap:list, t:float, room, tight:bool, split:bool):
     return chosen
 
 # %% ../nbs/01a_search.ipynb #933a8697
+def _budgets(p:Problem) -> list:
+    "[pipe][rank] activations each pipe may hold on each rank: the rank's room shared as 1F1B would need it (D - stage)."
+    s, k = p.shape, p.slots
+    need = [[0] * s.num_ranks for _ in range(s.num_pipes)]
+    for (pp, st), r in s.placement.items(): need[pp][r] += s.num_stages - st
+    out = [[0] * s.num_ranks for _ in range(s.num_pipes)]
+    for r in range(s.num_ranks):
+        tot = sum(need[pp][r] for pp in range(s.num_pipes))
+        for pp in range(s.num_pipes): out[pp][r] = max(1, int(k * need[pp][r] / tot)) if need[pp][r] else 0
+    return out
+
+# %% ../nbs/01a_search.ipynb #f9e0bb10
 class _Lister:
     "State of one list-scheduling run: what each rank holds, what is in flight, what is ready."
     def __init__(self, p:Problem, pol:Policy):
         s = self.s = p.shape
         self.p, self.pol, self.k, D = p, pol, p.slots, s.num_ranks
         self.head, self.tail = heads_tails(p)
+        self.rng = random.Random(pol.noise)
         self.hold = [{} for _ in range(s.num_pipes)]   # pipe -> {rank: activations one micro-batch holds there}
         for (pp, st), r in s.placement.items(): self.hold[pp][r] = self.hold[pp].get(r, 0) + 1
         self.entry = [s.placement[(pp, 0)] for pp in range(s.num_pipes)]
         self.held, self.inflight, self.left, self.pending = [0] * D, 0, {}, []
         self.ready, self.events, self.free_at = [[] for _ in range(D)], [(0.0, r) for r in range(D)], [0.0] * D
         self.orders, self.end, self.got = [[] for _ in range(D)], {}, set()  # got: (micro-batch, pipe, rank) holding memory
+        self.used, self.budget = [[0] * D for _ in s.placement], _budgets(p)  # gate 'pipe': each pipe's share of each rank
 
     def prio(self, a:Action) -> tuple:
         k, st, m, pp = a
         cls = -1 if self.pol.eager_w and k == 'W' else {'B': 0, 'F': 1, 'W': 2}[k]
         gm, q = m * self.s.num_pipes + pp, -self.tail[k, st, pp]
+        if self.pol.noise: gm, q = gm + self.rng.uniform(0, 2), q - self.rng.uniform(0, 2 * self.p.dur['F'][st])
         return (cls, gm, q) if self.pol.fifo else (cls, q, gm)
 
     def push(self, a:Action, t:float):
@@ -293,14 +309,16 @@ class _Lister:
         if st == 0 and self.inflight >= self.pol.cap: return False
         if self.pol.gate == 'entry': return st > 0 or all(self.held[r] + n <= self.k for r, n in self.hold[pp].items())
         r = self.s.placement[(pp, st)]
-        return (m, pp, r) in self.got or self.held[r] + self.hold[pp][r] <= self.k
+        if (m, pp, r) in self.got: return True
+        if self.pol.gate == 'pipe': return self.used[pp][r] + self.hold[pp][r] <= self.budget[pp][r]
+        return self.held[r] + self.hold[pp][r] <= self.k
 
     def release(self, t:float):
         while self.pending and self.pending[0][0] <= t:
-            _, r, m, pp = heapq.heappop(self.pending); self.held[r] -= 1; self.left[m, pp] -= 1
+            _, r, m, pp = heapq.heappop(self.pending); self.held[r] -= 1; self.used[pp][r] -= 1; self.left[m, pp] -= 1
             if self.left[m, pp] == 0: self.inflight -= 1
 
-# %% ../nbs/01a_search.ipynb #67dc2f2f
+# %% ../nbs/01a_search.ipynb #ada6b80e
 @patch
 def start(self:_Lister, r:int, a:Action, t:float):
     "Start `a` on rank `r` at `t`: time it, hold memory, make its successors ready."
@@ -311,15 +329,16 @@ def start(self:_Lister, r:int, a:Action, t:float):
         self.inflight += 1; self.left[m, pp] = s.num_stages
         if m + 1 < s.microbatches_per_pipe: self.push(Action('F', 0, m + 1, pp), e)
     if k == 'F':
-        for rr in (self.hold[pp] if self.pol.gate == 'entry' and st == 0 else (r,) if self.pol.gate == 'rank' else ()):
-            if (m, pp, rr) not in self.got: self.got.add((m, pp, rr)); self.held[rr] += self.hold[pp][rr]
+        for rr in (self.hold[pp] if self.pol.gate == 'entry' and st == 0 else () if self.pol.gate == 'entry' else (r,)):
+            if (m, pp, rr) not in self.got:
+                self.got.add((m, pp, rr)); self.held[rr] += self.hold[pp][rr]; self.used[pp][rr] += self.hold[pp][rr]
     if k == ('W' if s.split_backward else 'B'):
         heapq.heappush(self.pending, (e, r, m, pp))
         for rr in self.entry: heapq.heappush(self.events, (e, rr))
     for b, tb in _successors(a, e, p, self.end): self.push(b, tb)
     heapq.heappush(self.events, (e, r))
 
-# %% ../nbs/01a_search.ipynb #f9e0bb10
+# %% ../nbs/01a_search.ipynb #bc8eb2c7
 @patch
 def run(self:_Lister) -> list|None:
     "Run the pipeline in time; return the per-rank orders, or None when the rule stalls."
@@ -343,14 +362,14 @@ def list_order(p:Problem, pol:Policy=Policy()) -> list|None:
     "Per-rank orders built by memory-aware list scheduling under rule `pol`; None when the rule stalls."
     return _Lister(p, pol).run()
 
-# %% ../nbs/01a_search.ipynb #57c4480c
+# %% ../nbs/01a_search.ipynb #ebc9fde4
 def _scale(values:list, limit:int=1000) -> int:
     "The smallest integer scale in [1, limit] that makes every value whole (else `limit`, values rounded down)."
     for k in (1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 200, 250, 500, 1000):
         if k <= limit and all(abs(v * k - round(v * k)) < 1e-9 for v in values): return k
     return limit
 
-# %% ../nbs/01a_search.ipynb #ebc9fde4
+# %% ../nbs/01a_search.ipynb #95e2028f
 def _need_ortools():
     "The CP-SAT module, or an ImportError naming the extra that installs it."
     try:
@@ -359,7 +378,7 @@ def _need_ortools():
     except ImportError as e:
         raise ImportError("the exact schedule search needs OR-Tools: pip install 'chimera-nb[search]' (or pip install ortools)") from e
 
-# %% ../nbs/01a_search.ipynb #b079343c
+# %% ../nbs/01a_search.ipynb #697134a8
 def _cp_model(p:Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
     "(model, {action: start var}, makespan var) of problem `p` at integer scale `k`, hinted with orders `hint`."
     s, S = p.shape, p.shape.num_stages
@@ -399,7 +418,7 @@ def k_slots_bind(p:Problem, r:int) -> bool:
     "Whether the memory limit can bind on rank `r` (more forwards than slots)."
     return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
 
-# %% ../nbs/01a_search.ipynb #95e2028f
+# %% ../nbs/01a_search.ipynb #3e979c55
 @dataclass(frozen=True)
 class Exact:
     "What CP-SAT found for one placement."
@@ -429,7 +448,7 @@ def solve_exact(p:Problem, hint:list, time_limit:float=10.0, workers:int|None=No
     for a in sorted(var, key=lambda a: (solver.Value(var[a]), 'FBW'.index(a.kind))): orders[rank(a)].append(a)
     return Exact(orders, solver.BestObjectiveBound() / k, st == cp_model.OPTIMAL, time.perf_counter() - t0)
 
-# %% ../nbs/01a_search.ipynb #8b337b66
+# %% ../nbs/01a_search.ipynb #68492b5a
 def critical_chain(orders:list, p:Problem, times:dict) -> list:
     "The actions that held the last one, back to the start: each one's binding predecessor (rank or message)."
     dur, S, place = p.dur, p.shape.num_stages, p.shape.placement
@@ -448,7 +467,7 @@ def critical_chain(orders:list, p:Problem, times:dict) -> list:
         if a is None and held is None: break
     return chain
 
-# %% ../nbs/01a_search.ipynb #674874bb
+# %% ../nbs/01a_search.ipynb #a3e038c0
 def _score(orders:list, p:Problem) -> tuple|None:
     "(makespan, sum of rank finish times, times) of `orders`, or None if it deadlocks or breaks the memory limit."
     if max(peaks(orders, p)) > p.memory + 1e-9: return None
@@ -458,7 +477,7 @@ def _score(orders:list, p:Problem) -> tuple|None:
     last = [times[o[-1]] + p.dur[o[-1][0]][o[-1][1]] for o in orders if o]
     return (round(span, 9), round(sum(last), 9), times)
 
-# %% ../nbs/01a_search.ipynb #68492b5a
+# %% ../nbs/01a_search.ipynb #20e5322d
 def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     "Candidate (rank, from, to) moves: advance critical actions, pull W passes into bubbles."
     pos = {a: (r, i) for r, o in enumerate(orders) for i, a in enumerate(o)}
@@ -473,7 +492,7 @@ def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     rng.shuffle(out)
     return out
 
-# %% ../nbs/01a_search.ipynb #a3e038c0
+# %% ../nbs/01a_search.ipynb #ea2903c3
 def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
     "Local search from `orders` for up to `seconds`: keep each move that shortens the makespan (or the ranks' finish times)."
     rng, t_end = random.Random(seed), time.perf_counter() + seconds
@@ -491,8 +510,8 @@ def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
         if not better: break
     return orders
 
-# %% ../nbs/01a_search.ipynb #9d8f02d2
-RULES = [Policy(ws, fifo, gate=g) for g in ('entry', 'rank') for fifo in (True, False) for ws in (1, 2, 0)] + \
+# %% ../nbs/01a_search.ipynb #bb0df36e
+RULES = [Policy(ws, fifo, gate=g) for g in ('pipe', 'entry', 'rank') for fifo in (True, False) for ws in (1, 2, 0)] + \
         [Policy(1, True, eager_w=True), Policy(1, False, eager_w=True)]
 
 def as_problem_orders(s:Schedule, p:Problem) -> list|None:
@@ -502,7 +521,26 @@ def as_problem_orders(s:Schedule, p:Problem) -> list|None:
     if p.shape.split_backward: return [[x for a in o for x in ((a, a._replace(kind='W')) if a.kind == 'B' else (a,))] for o in s.orders]
     return [[a for a in o if a.kind != 'W'] for o in s.orders]
 
-# %% ../nbs/01a_search.ipynb #bb0df36e
+# %% ../nbs/01a_search.ipynb #79523ac5
+def fit_memory(orders:list, p:Problem) -> list|None:
+    "`orders` made to fit: before a forward that would overflow, pull a deferred W forward, or else move the forward after the next free."
+    frees, out = ('W' if p.shape.split_backward else 'B'), []
+    for o in orders:
+        o, live, i = list(o), 0, 0
+        while i < len(o):
+            a = o[i]
+            if a[0] == 'F' and (live + 1) * p.size > p.memory + 1e-9:
+                done_b = {x[1:] for x in o[:i] if x[0] == 'B'} if frees == 'W' else set()
+                j = next((j for j in range(i + 1, len(o)) if o[j][0] == 'W' and o[j][1:] in done_b), None)
+                if j is not None: o.insert(i, o.pop(j)); continue
+                j = next((j for j in range(i + 1, len(o)) if o[j][0] == frees), None)
+                if j is None or any(x[2:] == a[2:] for x in o[i + 1:j + 1]): return None
+                o.insert(j, o.pop(i)); continue
+            live += a[0] == 'F'; live -= a[0] == frees; i += 1
+        out.append(o)
+    return out
+
+# %% ../nbs/01a_search.ipynb #7d92bcdb
 @dataclass
 class _Found:
     "The best orders of one placement so far."
@@ -521,15 +559,17 @@ class _Found:
         self.orders, self.span, self.how = orders, w[1], how
         return True
 
-# %% ../nbs/01a_search.ipynb #78efa8fd
+# %% ../nbs/01a_search.ipynb #c8671e3d
 def _heuristic(f:_Found, seeds:list, deadline:float):
-    "Offer the fixed seeds, then every list-scheduling rule until `deadline`."
-    for label, s in seeds: f.offer(as_problem_orders(s, f.p), f"fixed {label}")
+    "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule until `deadline`."
+    for label, s, fits in seeds:
+        o = as_problem_orders(s, f.p)
+        f.offer(o if fits or o is None else fit_memory(o, f.p), f"fixed {label}" if fits else f"fixed {label}, W moved to fit")
     for pol in RULES:
         if time.perf_counter() > deadline and f.orders is not None: break
         f.offer(list_order(f.p, pol), 'list scheduling')
 
-# %% ../nbs/01a_search.ipynb #79523ac5
+# %% ../nbs/01a_search.ipynb #c120361b
 def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     "The `Problem` whose space holds schedule `s` (its placement, micro-batch size, split and recompute) under `costs`."
     c = costs_for(costs, s.num_stages)
@@ -538,7 +578,7 @@ def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     return Problem(placement_of(s) or 'other', shape, c.action_costs(s), c.transfer(s), size,
                    math.inf if s.recompute else float(memory))
 
-# %% ../nbs/01a_search.ipynb #7d92bcdb
+# %% ../nbs/01a_search.ipynb #c276b179
 @dataclass(frozen=True)
 class SearchResult:
     "What `search_schedule` found: the schedule, its makespan, a proven lower bound, and every fixed schedule beside it."
@@ -572,7 +612,7 @@ class SearchResult:
                 f"gap={self.gap:.2%}, optimal={self.optimal}, peak={self.peak:.3g}, by {self.method}, {self.seconds:.1f}s; "
                 f"best fixed {self.best_fixed or '-'} {self.best_fixed_makespan:.4g})")
 
-# %% ../nbs/01a_search.ipynb #c8671e3d
+# %% ../nbs/01a_search.ipynb #1bf82b47
 EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
 def _check_args(D, N, memory, placements, time_limit, method):
@@ -584,7 +624,7 @@ def _check_args(D, N, memory, placements, time_limit, method):
     if not time_limit > 0: raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
 
-# %% ../nbs/01a_search.ipynb #c120361b
+# %% ../nbs/01a_search.ipynb #97d8f836
 def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
     "{placement: _Found} for each placement where N micro-batches can run within the memory, with its structural bound."
     found = {}
@@ -596,7 +636,7 @@ def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
         found[pl] = _Found(p, bound=structural_bound(p))
     return found
 
-# %% ../nbs/01a_search.ipynb #4f5cdcc8
+# %% ../nbs/01a_search.ipynb #3b67971c
 def _exact(found:dict, deadline:float, workers:int|None):
     "CP-SAT on the placements that could still hold a shorter schedule, lowest bound first, until proven or out of time."
     for _ in range(2 * len(found)):
@@ -610,7 +650,7 @@ def _exact(found:dict, deadline:float, workers:int|None):
         f.offer(ex.orders, 'cp-sat')
         f.optimal = ex.optimal  # proven in its integer model: more time will not help
 
-# %% ../nbs/01a_search.ipynb #c276b179
+# %% ../nbs/01a_search.ipynb #f2f1cc4b
 def _local(found:dict, deadline:float, seed:int):
     "Local search on each placement not proven optimal, best first, sharing the time left."
     todo = sorted((f for f in found.values() if f.orders is not None and f.span > f.bound + 1e-9), key=lambda f: f.span)
@@ -619,7 +659,7 @@ def _local(found:dict, deadline:float, seed:int):
         if left <= 0.05: break
         f.offer(improve(f.orders, f.p, left / (len(todo) - i), seed), 'local search')
 
-# %% ../nbs/01a_search.ipynb #1bf82b47
+# %% ../nbs/01a_search.ipynb #f33fe9e4
 def _as_schedule(f:_Found) -> Schedule:
     "The validated `Schedule` of the best orders of placement `f`."
     sh = f.p.shape
@@ -638,7 +678,7 @@ def _tables(rows:list, found:dict, res:dict):
                              gap=f.span / f.bound - 1 if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
     return comp, pls
 
-# %% ../nbs/01a_search.ipynb #97d8f836
+# %% ../nbs/01a_search.ipynb #fa2fc597
 def search_schedule(D:int, # pipeline ranks
                     N:int, # micro-batches per iteration
                     costs:Costs|None=None, # per-stage F, B, W and p2p (lists of D values, or scalars)
@@ -658,7 +698,8 @@ def search_schedule(D:int, # pipeline ranks
     found = _placements(D, N, costs, memory, placements)
     t1 = time.perf_counter(); deadline = t1 + time_limit
     for i, f in enumerate(found.values()):
-        _heuristic(f, [(r['schedule'], r['s']) for r in fits if r['placement'] == f.p.placement], t1 + 0.3 * time_limit * (i + 1) / len(found))
+        seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
+        _heuristic(f, seeds, t1 + 0.3 * time_limit * (i + 1) / len(found))
     exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= EXACT_ACTIONS for f in found.values()))
     if exact and method == 'auto':
         try: _need_ortools()
@@ -667,7 +708,7 @@ def search_schedule(D:int, # pipeline ranks
     _local(found, deadline, seed)
     return _finish(D, N, costs, memory, rows, fits, found, t0)
 
-# %% ../nbs/01a_search.ipynb #3b67971c
+# %% ../nbs/01a_search.ipynb #5a35c90e
 def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:
     "Time the best answer with `simulate`, fall back to a faster fixed schedule, bound it, and tabulate."
     mine = [r for r in fits if r['placement'] in found]
