@@ -7,11 +7,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/search.html.md"""
 # %% auto #0
 __all__ = ['PLACEMENTS', 'WEIGHT_COPIES', 'RULES', 'EXACT_ACTIONS', 'placement_map', 'placement_of', 'costs_for', 'Problem',
            'make_problem', 'walk', 'peaks', 'fixed_variants', 'fixed_table', 'heads_tails', 'jackson',
-           'structural_bound', 'Policy', 'list_order', 'k_slots_bind', 'Exact', 'solve_exact', 'critical_chain',
-           'improve', 'as_problem_orders', 'fit_memory', 'problem_of', 'SearchResult', 'search_schedule']
+           'structural_bound', 'Policy', 'list_order', 'Exact', 'solve_exact', 'critical_chain', 'improve',
+           'as_problem_orders', 'fit_memory', 'problem_of', 'SearchResult', 'search_schedule']
 
 # %% ../nbs/01a_search.ipynb #683c0943
-import dataclasses, heapq, math, os, random, time, warnings
+import dataclasses, functools, heapq, math, os, random, time, warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, make_schedule, chimera_placement, validate, ScheduleError, CHIMERA_CONCAT
@@ -60,10 +60,23 @@ class Problem:
     size: float      # one activation, in Ma
     memory: float    # peak live activations per rank, in Ma
 
-    @property
+    @functools.cached_property
     def actions(self) -> list:
+        "Every action of the problem (computed once)."
         s, kinds = self.shape, ('F', 'B', 'W') if self.shape.split_backward else ('F', 'B')
         return [Action(k, st, m, p) for (p, st) in sorted(s.placement) for m in range(s.microbatches_per_pipe) for k in kinds]
+
+    @functools.cached_property
+    def links(self) -> dict:
+        "{action: (((dependency, it is on this stage), ...), rank its output goes to or None)}: what `walk` looks up."
+        s, S, out = self.shape, self.shape.num_stages, {}
+        for a in self.actions:
+            k, st, m, pp = a
+            deps = (((Action('F', st - 1, m, pp), False),) if st else ()) if k == 'F' else ((Action('B', st, m, pp), True),) \
+                   if k == 'W' else ((Action('F', st, m, pp), True),) + (((Action('B', st + 1, m, pp), False),) if st < S - 1 else ())
+            nxt = st + 1 if k == 'F' and st < S - 1 else st - 1 if k == 'B' and st > 0 else None
+            out[a] = (deps, None if nxt is None else s.placement[(pp, nxt)])
+        return out
 
     @property
     def slots(self) -> int:
@@ -90,29 +103,23 @@ def walk(orders:list, # per rank, its actions in order
          links:bool=True, # messages on one link leave in order (as the simulator); False: each takes `transfer` alone
         ) -> tuple|None:
     "({action: start}, makespan) of `orders` under `p`'s costs, by the simulator's rules; None if the orders deadlock."
-    S, place, dur, tr = p.shape.num_stages, p.shape.placement, p.dur, p.transfer
+    dur, tr, info = p.dur, p.transfer, p.links
     n = len(orders); end, arr, link, start = {}, {}, {}, {}
     pos, clock, waiters, stack = [0] * n, [0.0] * n, {}, list(range(n))
     while stack:
         r = stack.pop(); o, i, t = orders[r], pos[r], clock[r]
         while i < len(o):
-            a = o[i]; k, st, mb, pp = a; s0 = t
-            need = ((('F', st - 1, mb, pp), arr),) if k == 'F' and st else () if k == 'F' else \
-                   ((('F', st, mb, pp), end),) + (((('B', st + 1, mb, pp), arr),) if st < S - 1 else ()) if k == 'B' else \
-                   ((('B', st, mb, pp), end),)
-            blocked = None
-            for d, table in need:
-                x = table.get(d)
+            a = o[i]; deps, dst = info[a]; s0 = t; blocked = None
+            for d, local in deps:
+                x = (end if local else arr).get(d)
                 if x is None: blocked = d; break
                 if x > s0: s0 = x
             if blocked is not None: waiters.setdefault(blocked, []).append(r); break
-            start[a] = s0; t = end[a] = s0 + dur[k][st]
-            nxt = st + 1 if k == 'F' and st < S - 1 else st - 1 if k == 'B' and st > 0 else None
-            if nxt is not None:
-                dst = place[(pp, nxt)]
+            start[a] = s0; t = end[a] = s0 + dur[a[0]][a[1]]
+            if dst is not None:
                 if dst == r: arr[a] = t
                 else:
-                    dep = max(t, link.get((r, dst), 0.0)) if links else t
+                    dep = t if not links or link.get((r, dst), 0.0) <= t else link[(r, dst)]
                     arr[a] = link[(r, dst)] = dep + tr
             if a in waiters: stack.extend(waiters.pop(a))
             i += 1
@@ -214,11 +221,10 @@ def _memory_idle(p:Problem, r:int, head:dict, tail:dict, groups:dict) -> tuple:
 def structural_bound(p:Problem) -> float:
     "The heads-and-tails (Jackson) and memory lower bound on the makespan of any schedule of problem `p`."
     head, tail = heads_tails(p)
-    s, best = p.shape, 0.0
-    for r in range(s.num_ranks):
-        groups = {}
-        for a in p.actions:
-            if s.placement[(a.pipe, a.stage)] == r: g = (a.kind, a.stage, a.pipe); groups[g] = groups.get(g, 0) + 1
+    s, best, by_rank = p.shape, 0.0, [{} for _ in range(p.shape.num_ranks)]
+    for a in p.actions:
+        groups = by_rank[s.placement[(a.pipe, a.stage)]]; g = (a.kind, a.stage, a.pipe); groups[g] = groups.get(g, 0) + 1
+    for r, groups in enumerate(by_rank):
         work = sum(n * p.dur[g[0]][g[1]] for g, n in groups.items())
         best = max(best, jackson([(head[g], n * p.dur[g[0]][g[1]], tail[g]) for g, n in groups.items()]))
         fill, drain, disjoint = _memory_idle(p, r, head, tail, groups)
@@ -303,22 +309,26 @@ class _Lister:
         r = self.s.placement[(a[3], a[1])]
         heapq.heappush(self.ready[r], (t, self.prio(a), a)); heapq.heappush(self.events, (max(t, self.free_at[r]), r))
 
-    def room(self, a:Action) -> bool:
-        "Whether forward `a` may start: memory for it is held already, or there is room to hold it."
-        k, st, m, pp = a
-        if st == 0 and self.inflight >= self.pol.cap: return False
-        if self.pol.gate == 'entry': return st > 0 or all(self.held[r] + n <= self.k for r, n in self.hold[pp].items())
-        r = self.s.placement[(pp, st)]
-        if (m, pp, r) in self.got: return True
-        if self.pol.gate == 'pipe': return self.used[pp][r] + self.hold[pp][r] <= self.budget[pp][r]
-        return self.held[r] + self.hold[pp][r] <= self.k
-
-    def release(self, t:float):
-        while self.pending and self.pending[0][0] <= t:
-            _, r, m, pp = heapq.heappop(self.pending); self.held[r] -= 1; self.used[pp][r] -= 1; self.left[m, pp] -= 1
-            if self.left[m, pp] == 0: self.inflight -= 1
-
 # %% ../nbs/01a_search.ipynb #ada6b80e
+@patch
+def room(self:_Lister, a:Action) -> bool:
+    "Whether forward `a` may start: memory for it is held already, or there is room to hold it."
+    k, st, m, pp = a
+    if st == 0 and self.inflight >= self.pol.cap: return False
+    if self.pol.gate == 'entry': return st > 0 or all(self.held[r] + n <= self.k for r, n in self.hold[pp].items())
+    r = self.s.placement[(pp, st)]
+    if (m, pp, r) in self.got: return True
+    if self.pol.gate == 'pipe': return self.used[pp][r] + self.hold[pp][r] <= self.budget[pp][r]
+    return self.held[r] + self.hold[pp][r] <= self.k
+
+@patch
+def release(self:_Lister, t:float):
+    "Give back the memory of every free that ended by `t`."
+    while self.pending and self.pending[0][0] <= t:
+        _, r, m, pp = heapq.heappop(self.pending); self.held[r] -= 1; self.used[pp][r] -= 1; self.left[m, pp] -= 1
+        if self.left[m, pp] == 0: self.inflight -= 1
+
+# %% ../nbs/01a_search.ipynb #bc8eb2c7
 @patch
 def start(self:_Lister, r:int, a:Action, t:float):
     "Start `a` on rank `r` at `t`: time it, hold memory, make its successors ready."
@@ -338,7 +348,7 @@ def start(self:_Lister, r:int, a:Action, t:float):
     for b, tb in _successors(a, e, p, self.end): self.push(b, tb)
     heapq.heappush(self.events, (e, r))
 
-# %% ../nbs/01a_search.ipynb #bc8eb2c7
+# %% ../nbs/01a_search.ipynb #57c4480c
 @patch
 def run(self:_Lister) -> list|None:
     "Run the pipeline in time; return the per-rank orders, or None when the rule stalls."
@@ -362,14 +372,14 @@ def list_order(p:Problem, pol:Policy=Policy()) -> list|None:
     "Per-rank orders built by memory-aware list scheduling under rule `pol`; None when the rule stalls."
     return _Lister(p, pol).run()
 
-# %% ../nbs/01a_search.ipynb #ebc9fde4
+# %% ../nbs/01a_search.ipynb #b079343c
 def _scale(values:list, limit:int=1000) -> int:
     "The smallest integer scale in [1, limit] that makes every value whole (else `limit`, values rounded down)."
     for k in (1, 2, 4, 5, 8, 10, 20, 25, 40, 50, 100, 200, 250, 500, 1000):
         if k <= limit and all(abs(v * k - round(v * k)) < 1e-9 for v in values): return k
     return limit
 
-# %% ../nbs/01a_search.ipynb #95e2028f
+# %% ../nbs/01a_search.ipynb #697134a8
 def _need_ortools():
     "The CP-SAT module, or an ImportError naming the extra that installs it."
     try:
@@ -378,7 +388,19 @@ def _need_ortools():
     except ImportError as e:
         raise ImportError("the exact schedule search needs OR-Tools: pip install 'chimera-nb[search]' (or pip install ortools)") from e
 
-# %% ../nbs/01a_search.ipynb #697134a8
+# %% ../nbs/01a_search.ipynb #3e979c55
+def _deps(a:Action, S:int) -> list:
+    "The actions `a` waits for (the dependency rule of `schedules.DEPENDS`, in a model of S stages)."
+    k, st, mb, pp = a
+    if k == 'F': return [Action('F', st - 1, mb, pp)] if st else []
+    if k == 'W': return [Action('B', st, mb, pp)]
+    return [Action('F', st, mb, pp)] + ([Action('B', st + 1, mb, pp)] if st < S - 1 else [])
+
+def _memory_binds(p:Problem, r:int) -> bool:
+    "Whether the memory limit can bind on rank `r` (more forwards than slots)."
+    return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
+
+# %% ../nbs/01a_search.ipynb #674874bb
 def _cp_model(p:Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
     "(model, {action: start var}, makespan var) of problem `p` at integer scale `k`, hinted with orders `hint`."
     s, S = p.shape, p.shape.num_stages
@@ -399,7 +421,7 @@ def _cp_model(p:Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
     for r in range(s.num_ranks):
         ev = [(var[a], 1) if a.kind == 'F' else (var[a] + d[frees][a.stage], -1) for a in p.actions
               if s.placement[(a.pipe, a.stage)] == r and a.kind in ('F', frees)]
-        if ev and k_slots_bind(p, r): m.AddReservoirConstraint([e for e, _ in ev], [c for _, c in ev], 0, p.slots)
+        if ev and _memory_binds(p, r): m.AddReservoirConstraint([e for e, _ in ev], [c for _, c in ev], 0, p.slots)
     lb = int(math.ceil(structural_bound(dataclasses.replace(p, dur=d, transfer=tr)) - 1e-6))  # stop once a solution meets it
     span = m.NewIntVar(min(lb, horizon), horizon, 'makespan')
     for a in p.actions: m.Add(span >= var[a] + d[a.kind][a.stage])
@@ -408,17 +430,7 @@ def _cp_model(p:Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
     for a, v in var.items(): m.AddHint(v, int(times[a]))
     return m, var, span
 
-def _deps(a:Action, S:int) -> list:
-    k, st, mb, pp = a
-    if k == 'F': return [Action('F', st - 1, mb, pp)] if st else []
-    if k == 'W': return [Action('B', st, mb, pp)]
-    return [Action('F', st, mb, pp)] + ([Action('B', st + 1, mb, pp)] if st < S - 1 else [])
-
-def k_slots_bind(p:Problem, r:int) -> bool:
-    "Whether the memory limit can bind on rank `r` (more forwards than slots)."
-    return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
-
-# %% ../nbs/01a_search.ipynb #3e979c55
+# %% ../nbs/01a_search.ipynb #68492b5a
 @dataclass(frozen=True)
 class Exact:
     "What CP-SAT found for one placement."
@@ -448,7 +460,7 @@ def solve_exact(p:Problem, hint:list, time_limit:float=10.0, workers:int|None=No
     for a in sorted(var, key=lambda a: (solver.Value(var[a]), 'FBW'.index(a.kind))): orders[rank(a)].append(a)
     return Exact(orders, solver.BestObjectiveBound() / k, st == cp_model.OPTIMAL, time.perf_counter() - t0)
 
-# %% ../nbs/01a_search.ipynb #68492b5a
+# %% ../nbs/01a_search.ipynb #ea2903c3
 def critical_chain(orders:list, p:Problem, times:dict) -> list:
     "The actions that held the last one, back to the start: each one's binding predecessor (rank or message)."
     dur, S, place = p.dur, p.shape.num_stages, p.shape.placement
@@ -467,7 +479,7 @@ def critical_chain(orders:list, p:Problem, times:dict) -> list:
         if a is None and held is None: break
     return chain
 
-# %% ../nbs/01a_search.ipynb #a3e038c0
+# %% ../nbs/01a_search.ipynb #9d8f02d2
 def _score(orders:list, p:Problem) -> tuple|None:
     "(makespan, sum of rank finish times, times) of `orders`, or None if it deadlocks or breaks the memory limit."
     if max(peaks(orders, p)) > p.memory + 1e-9: return None
@@ -477,7 +489,7 @@ def _score(orders:list, p:Problem) -> tuple|None:
     last = [times[o[-1]] + p.dur[o[-1][0]][o[-1][1]] for o in orders if o]
     return (round(span, 9), round(sum(last), 9), times)
 
-# %% ../nbs/01a_search.ipynb #20e5322d
+# %% ../nbs/01a_search.ipynb #456b79ee
 def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     "Candidate (rank, from, to) moves: advance critical actions, pull W passes into bubbles."
     pos = {a: (r, i) for r, o in enumerate(orders) for i, a in enumerate(o)}
@@ -492,7 +504,7 @@ def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     rng.shuffle(out)
     return out
 
-# %% ../nbs/01a_search.ipynb #ea2903c3
+# %% ../nbs/01a_search.ipynb #bb0df36e
 def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
     "Local search from `orders` for up to `seconds`: keep each move that shortens the makespan (or the ranks' finish times)."
     rng, t_end = random.Random(seed), time.perf_counter() + seconds
@@ -510,7 +522,7 @@ def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
         if not better: break
     return orders
 
-# %% ../nbs/01a_search.ipynb #bb0df36e
+# %% ../nbs/01a_search.ipynb #adeaeacc
 RULES = [Policy(ws, fifo, gate=g) for g in ('pipe', 'entry', 'rank') for fifo in (True, False) for ws in (1, 2, 0)] + \
         [Policy(1, True, eager_w=True), Policy(1, False, eager_w=True)]
 
@@ -521,7 +533,7 @@ def as_problem_orders(s:Schedule, p:Problem) -> list|None:
     if p.shape.split_backward: return [[x for a in o for x in ((a, a._replace(kind='W')) if a.kind == 'B' else (a,))] for o in s.orders]
     return [[a for a in o if a.kind != 'W'] for o in s.orders]
 
-# %% ../nbs/01a_search.ipynb #79523ac5
+# %% ../nbs/01a_search.ipynb #c8671e3d
 def fit_memory(orders:list, p:Problem) -> list|None:
     "`orders` made to fit: before a forward that would overflow, pull a deferred W forward, or else move the forward after the next free."
     frees, out = ('W' if p.shape.split_backward else 'B'), []
@@ -540,7 +552,7 @@ def fit_memory(orders:list, p:Problem) -> list|None:
         out.append(o)
     return out
 
-# %% ../nbs/01a_search.ipynb #7d92bcdb
+# %% ../nbs/01a_search.ipynb #4f5cdcc8
 @dataclass
 class _Found:
     "The best orders of one placement so far."
@@ -559,7 +571,7 @@ class _Found:
         self.orders, self.span, self.how = orders, w[1], how
         return True
 
-# %% ../nbs/01a_search.ipynb #c8671e3d
+# %% ../nbs/01a_search.ipynb #c276b179
 def _heuristic(f:_Found, seeds:list, deadline:float):
     "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule until `deadline`."
     for label, s, fits in seeds:
@@ -569,7 +581,7 @@ def _heuristic(f:_Found, seeds:list, deadline:float):
         if time.perf_counter() > deadline and f.orders is not None: break
         f.offer(list_order(f.p, pol), 'list scheduling')
 
-# %% ../nbs/01a_search.ipynb #c120361b
+# %% ../nbs/01a_search.ipynb #1bf82b47
 def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     "The `Problem` whose space holds schedule `s` (its placement, micro-batch size, split and recompute) under `costs`."
     c = costs_for(costs, s.num_stages)
@@ -578,7 +590,7 @@ def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     return Problem(placement_of(s) or 'other', shape, c.action_costs(s), c.transfer(s), size,
                    math.inf if s.recompute else float(memory))
 
-# %% ../nbs/01a_search.ipynb #c276b179
+# %% ../nbs/01a_search.ipynb #3b67971c
 @dataclass(frozen=True)
 class SearchResult:
     "What `search_schedule` found: the schedule, its makespan, a proven lower bound, and every fixed schedule beside it."
@@ -612,7 +624,7 @@ class SearchResult:
                 f"gap={self.gap:.2%}, optimal={self.optimal}, peak={self.peak:.3g}, by {self.method}, {self.seconds:.1f}s; "
                 f"best fixed {self.best_fixed or '-'} {self.best_fixed_makespan:.4g})")
 
-# %% ../nbs/01a_search.ipynb #1bf82b47
+# %% ../nbs/01a_search.ipynb #f2f1cc4b
 EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
 def _check_args(D, N, memory, placements, time_limit, method):
@@ -624,7 +636,7 @@ def _check_args(D, N, memory, placements, time_limit, method):
     if not time_limit > 0: raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
 
-# %% ../nbs/01a_search.ipynb #97d8f836
+# %% ../nbs/01a_search.ipynb #f33fe9e4
 def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
     "{placement: _Found} for each placement where N micro-batches can run within the memory, with its structural bound."
     found = {}
@@ -636,7 +648,7 @@ def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
         found[pl] = _Found(p, bound=structural_bound(p))
     return found
 
-# %% ../nbs/01a_search.ipynb #3b67971c
+# %% ../nbs/01a_search.ipynb #fa2fc597
 def _exact(found:dict, deadline:float, workers:int|None):
     "CP-SAT on the placements that could still hold a shorter schedule, lowest bound first, until proven or out of time."
     for _ in range(2 * len(found)):
@@ -650,7 +662,7 @@ def _exact(found:dict, deadline:float, workers:int|None):
         f.offer(ex.orders, 'cp-sat')
         f.optimal = ex.optimal  # proven in its integer model: more time will not help
 
-# %% ../nbs/01a_search.ipynb #f2f1cc4b
+# %% ../nbs/01a_search.ipynb #5a35c90e
 def _local(found:dict, deadline:float, seed:int):
     "Local search on each placement not proven optimal, best first, sharing the time left."
     todo = sorted((f for f in found.values() if f.orders is not None and f.span > f.bound + 1e-9), key=lambda f: f.span)
@@ -659,7 +671,7 @@ def _local(found:dict, deadline:float, seed:int):
         if left <= 0.05: break
         f.offer(improve(f.orders, f.p, left / (len(todo) - i), seed), 'local search')
 
-# %% ../nbs/01a_search.ipynb #f33fe9e4
+# %% ../nbs/01a_search.ipynb #bc9bfe9c
 def _as_schedule(f:_Found) -> Schedule:
     "The validated `Schedule` of the best orders of placement `f`."
     sh = f.p.shape
@@ -675,16 +687,16 @@ def _tables(rows:list, found:dict, res:dict):
     comp = pd.DataFrame(comp).sort_values(['makespan', 'weights'], kind='stable').reset_index(drop=True)
     comp['vs_search'] = comp['makespan'] / res['makespan']
     pls = pd.DataFrame([dict(placement=pl, weights=WEIGHT_COPIES[pl], makespan=f.span, lower_bound=f.bound,
-                             gap=f.span / f.bound - 1 if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
+                             gap=max(0.0, f.span / f.bound - 1) if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
     return comp, pls
 
-# %% ../nbs/01a_search.ipynb #fa2fc597
+# %% ../nbs/01a_search.ipynb #7955283d
 def search_schedule(D:int, # pipeline ranks
                     N:int, # micro-batches per iteration
                     costs:Costs|None=None, # per-stage F, B, W and p2p (lists of D values, or scalars)
                     memory:float|None=None, # peak live activations per rank in Ma, as `Timeline.peak_activations` (default D: 1F1B's)
                     placements:Sequence[str]=('single', 'v', 'bidirectional'), # placements to search (see PLACEMENTS)
-                    time_limit:float=30.0, # seconds for the search (the fixed schedules' simulations come on top)
+                    time_limit:float=30.0, # seconds for the whole call, fixed schedules' simulations included (one list-scheduling pass always runs)
                     method:str='auto', # 'exact' (CP-SAT), 'heuristic', or 'auto': exact when small enough
                     workers:int|None=None, # CP-SAT threads (default: the machine's cores, at most 8)
                     seed:int=0, # local search's random order of moves
@@ -694,12 +706,13 @@ def search_schedule(D:int, # pipeline ranks
     memory = float(D if memory is None else memory)
     _check_args(D, N, memory, tuple(placements), time_limit, method)
     rows = fixed_table(D, N, costs)
+    reserve = 2 * (time.perf_counter() - t0) / max(1, len(rows)) + 0.05  # validating and simulating the answer at the end
     fits = [r for r in rows if r['peak'] <= memory + 1e-9]
     found = _placements(D, N, costs, memory, placements)
-    t1 = time.perf_counter(); deadline = t1 + time_limit
+    t1 = time.perf_counter(); deadline = t0 + time_limit - reserve
     for i, f in enumerate(found.values()):
         seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
-        _heuristic(f, seeds, t1 + 0.3 * time_limit * (i + 1) / len(found))
+        _heuristic(f, seeds, t1 + 0.3 * (deadline - t1) * (i + 1) / len(found))
     exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= EXACT_ACTIONS for f in found.values()))
     if exact and method == 'auto':
         try: _need_ortools()
@@ -708,7 +721,7 @@ def search_schedule(D:int, # pipeline ranks
     _local(found, deadline, seed)
     return _finish(D, N, costs, memory, rows, fits, found, t0)
 
-# %% ../nbs/01a_search.ipynb #5a35c90e
+# %% ../nbs/01a_search.ipynb #783fa294
 def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:
     "Time the best answer with `simulate`, fall back to a faster fixed schedule, bound it, and tabulate."
     mine = [r for r in fits if r['placement'] in found]
