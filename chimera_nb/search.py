@@ -505,12 +505,8 @@ def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     return out
 
 # %% ../nbs/01a_search.ipynb #bb0df36e
-def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
-    "Local search from `orders` for up to `seconds`: keep each move that shortens the makespan (or the ranks' finish times)."
-    rng, t_end = random.Random(seed), time.perf_counter() + seconds
-    best = _score(orders, p)
-    if best is None: return orders
-    orders = [list(o) for o in orders]
+def _descend(orders:list, p:Problem, best:tuple, t_end:float, rng:random.Random) -> tuple:
+    "Apply improving moves to `orders` (in place) until none improves or time is up; return its score."
     while time.perf_counter() < t_end:
         better = False
         for r, i, j in _moves(orders, p, best[2], rng):
@@ -520,11 +516,30 @@ def improve(orders:list, p:Problem, seconds:float, seed:int=0) -> list:
             if sc is not None and sc[:2] < best[:2]: best, better = sc, True; break
             o.pop(j); o.insert(i, a)
         if not better: break
-    return orders
+    return best
+
+def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3) -> list:
+    "Iterated local search from `orders` for up to `seconds`: descend, then kick the best with `kicks` random swaps and descend again."
+    rng, t_end = random.Random(seed), time.perf_counter() + seconds
+    best = _score(orders, p)
+    if best is None: return orders
+    best_o = [list(o) for o in orders]
+    best = _descend(best_o, p, best, t_end, rng)
+    while time.perf_counter() < t_end:
+        cur = [list(o) for o in best_o]
+        for _ in range(kicks):
+            r = rng.randrange(len(cur)); o = cur[r]
+            if len(o) > 1: i = rng.randrange(1, len(o)); o[i - 1], o[i] = o[i], o[i - 1]
+        sc = _score(cur, p)
+        if sc is None: continue
+        sc = _descend(cur, p, sc, t_end, rng)
+        if sc[:2] < best[:2]: best, best_o = sc, cur
+    return best_o
 
 # %% ../nbs/01a_search.ipynb #adeaeacc
-RULES = [Policy(ws, fifo, gate=g) for g in ('pipe', 'entry', 'rank') for fifo in (True, False) for ws in (1, 2, 0)] + \
-        [Policy(1, True, eager_w=True), Policy(1, False, eager_w=True)]
+_FIRST = [Policy(2, True), Policy(0, True, gate='rank'), Policy(0, False), Policy(1, True), Policy(0, True, gate='pipe')]
+RULES = _FIRST + [p for p in (Policy(ws, fifo, gate=g) for g in ('entry', 'rank', 'pipe') for fifo in (True, False) for ws in (1, 2, 0))
+                  if p not in _FIRST] + [Policy(1, True, eager_w=True), Policy(1, False, eager_w=True)]  # the rules that win most often first
 
 def as_problem_orders(s:Schedule, p:Problem) -> list|None:
     "The orders of fixed schedule `s` in problem `p`'s terms (B+W split or joined to match), or None if it is not of `p`."
@@ -712,7 +727,7 @@ def search_schedule(D:int, # pipeline ranks
     t1 = time.perf_counter(); deadline = t0 + time_limit - reserve
     for i, f in enumerate(found.values()):
         seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
-        _heuristic(f, seeds, t1 + 0.3 * (deadline - t1) * (i + 1) / len(found))
+        _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found))
     exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= EXACT_ACTIONS for f in found.values()))
     if exact and method == 'auto':
         try: _need_ortools()
