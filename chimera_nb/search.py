@@ -518,14 +518,16 @@ def _descend(orders:list, p:Problem, best:tuple, t_end:float, rng:random.Random)
         if not better: break
     return best
 
-def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3) -> list:
+def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3,
+            target:float=0.0, # stop once the makespan is down to this (a lower bound)
+           ) -> list:
     "Iterated local search from `orders` for up to `seconds`: descend, then kick the best with `kicks` random swaps and descend again."
     rng, t_end = random.Random(seed), time.perf_counter() + seconds
     best = _score(orders, p)
     if best is None: return orders
     best_o = [list(o) for o in orders]
     best = _descend(best_o, p, best, t_end, rng)
-    while time.perf_counter() < t_end:
+    while time.perf_counter() < t_end and best[0] > target + 1e-9:
         cur = [list(o) for o in best_o]
         for _ in range(kicks):
             r = rng.randrange(len(cur)); o = cur[r]
@@ -664,10 +666,10 @@ def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
     return found
 
 # %% ../nbs/01a_search.ipynb #fa2fc597
-def _exact(found:dict, deadline:float, workers:int|None):
-    "CP-SAT on the placements that could still hold a shorter schedule, lowest bound first, until proven or out of time."
+def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
+    "CP-SAT on the placements that could still hold a schedule shorter than any found (or `cutoff`), lowest bound first."
     for _ in range(2 * len(found)):
-        best, left = min(x.span for x in found.values()), deadline - time.perf_counter()
+        best, left = min([x.span for x in found.values()] + [cutoff]), deadline - time.perf_counter()
         open_ = sorted((f for f in found.values() if f.orders is not None and not f.optimal and f.bound < best - 1e-9),
                        key=lambda f: f.bound)
         if not open_ or left <= 0.2: break
@@ -678,13 +680,15 @@ def _exact(found:dict, deadline:float, workers:int|None):
         f.optimal = ex.optimal  # proven in its integer model: more time will not help
 
 # %% ../nbs/01a_search.ipynb #5a35c90e
-def _local(found:dict, deadline:float, seed:int):
-    "Local search on each placement not proven optimal, best first, sharing the time left."
-    todo = sorted((f for f in found.values() if f.orders is not None and f.span > f.bound + 1e-9), key=lambda f: f.span)
+def _local(found:dict, deadline:float, seed:int, cutoff:float=math.inf):
+    "Local search on each placement that could still beat the best found (or `cutoff`), best first, sharing the time left."
+    best = min([x.span for x in found.values()] + [cutoff])
+    todo = sorted((f for f in found.values() if f.orders is not None and f.span > f.bound + 1e-9 and f.bound < best - 1e-9),
+                  key=lambda f: f.span)
     for i, f in enumerate(todo):
         left = deadline - time.perf_counter()
         if left <= 0.05: break
-        f.offer(improve(f.orders, f.p, left / (len(todo) - i), seed), 'local search')
+        f.offer(improve(f.orders, f.p, left / (len(todo) - i), seed, target=f.bound), 'local search')
 
 # %% ../nbs/01a_search.ipynb #bc9bfe9c
 def _as_schedule(f:_Found) -> Schedule:
@@ -732,8 +736,9 @@ def search_schedule(D:int, # pipeline ranks
     if exact and method == 'auto':
         try: _need_ortools()
         except ImportError as e: warnings.warn(f"{e}; searching heuristically"); exact = False
-    if exact: _need_ortools(); _exact(found, deadline, workers)
-    _local(found, deadline, seed)
+    cutoff = min((r['makespan'] for r in fits if r['placement'] in found), default=math.inf)  # incl. half micro-batches, recompute
+    if exact: _need_ortools(); _exact(found, deadline, workers, cutoff)
+    _local(found, deadline, seed, cutoff)
     return _finish(D, N, costs, memory, rows, fits, found, t0)
 
 # %% ../nbs/01a_search.ipynb #783fa294
