@@ -243,11 +243,15 @@ class Policy(NamedTuple):
     noise: int = 0        # > 0: seed of random jitter on the priorities (iterated list scheduling)
 
 # %% ../nbs/01a_search.ipynb #dbf6cc52
-def _successors(a:Action, e:float, p:Problem, end:dict) -> list:
-    "[(action, when its inputs are there)] that `a`, ending at `e`, makes ready (messages take `transfer` alone)."
+def _successors(a:Action, e:float, p:Problem, end:dict, link:dict) -> list:
+    "[(action, when its inputs are there)] that `a`, ending at `e`, makes ready (a message waits for its link: `link`)."
     k, st, m, pp = a
     place, S = p.shape.placement, p.shape.num_stages
-    at = lambda st2: e if place[(pp, st)] == place[(pp, st2)] else e + p.transfer
+    def at(st2):
+        src, dst = place[(pp, st)], place[(pp, st2)]
+        if src == dst: return e
+        t = link[src, dst] = max(e, link.get((src, dst), 0.0)) + p.transfer
+        return t
     if k == 'F': return [(Action('F', st + 1, m, pp), at(st + 1))] if st + 1 < S else [(Action('B', st, m, pp), e)]
     if k == 'W': return []
     out = [(Action('W', st, m, pp), e)] if p.shape.split_backward else []
@@ -297,6 +301,7 @@ class _Lister:
         self.ready, self.events, self.free_at = [[] for _ in range(D)], [(0.0, r) for r in range(D)], [0.0] * D
         self.orders, self.end, self.got = [[] for _ in range(D)], {}, set()  # got: (micro-batch, pipe, rank) holding memory
         self.used, self.budget = [[0] * D for _ in s.placement], _budgets(p)  # gate 'pipe': each pipe's share of each rank
+        self.link = {}  # (src, dst) -> when the link is free: messages leave in order, as in the simulator
 
     def prio(self, a:Action) -> tuple:
         k, st, m, pp = a
@@ -345,7 +350,7 @@ def start(self:_Lister, r:int, a:Action, t:float):
     if k == ('W' if s.split_backward else 'B'):
         heapq.heappush(self.pending, (e, r, m, pp))
         for rr in self.entry: heapq.heappush(self.events, (e, rr))
-    for b, tb in _successors(a, e, p, self.end): self.push(b, tb)
+    for b, tb in _successors(a, e, p, self.end, self.link): self.push(b, tb)
     heapq.heappush(self.events, (e, r))
 
 # %% ../nbs/01a_search.ipynb #57c4480c
