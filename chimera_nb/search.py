@@ -480,11 +480,10 @@ def critical_chain(orders:list, p:Problem, times:dict) -> list:
             if abs(times[d] + dur[d.kind][d.stage] + gap - t) < 1e-9: held = d; break
         q = prev[a]
         if held is None and q is not None and times[q] + dur[q.kind][q.stage] >= t - 1e-9: held = q
-        a = held if held is not None else q if q is not None and times[q] + dur[q.kind][q.stage] >= t - 1e-9 else None
-        if a is None and held is None: break
+        a = held
     return chain
 
-# %% ../nbs/01a_search.ipynb #9d8f02d2
+# %% ../nbs/01a_search.ipynb #456b79ee
 def _score(orders:list, p:Problem) -> tuple|None:
     "(makespan, sum of rank finish times, times) of `orders`, or None if it deadlocks or breaks the memory limit."
     if max(peaks(orders, p)) > p.memory + 1e-9: return None
@@ -494,7 +493,7 @@ def _score(orders:list, p:Problem) -> tuple|None:
     last = [times[o[-1]] + p.dur[o[-1][0]][o[-1][1]] for o in orders if o]
     return (round(span, 9), round(sum(last), 9), times)
 
-# %% ../nbs/01a_search.ipynb #456b79ee
+# %% ../nbs/01a_search.ipynb #bb0df36e
 def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     "Candidate (rank, from, to) moves: advance critical actions, pull W passes into bubbles."
     pos = {a: (r, i) for r, o in enumerate(orders) for i, a in enumerate(o)}
@@ -509,7 +508,7 @@ def _moves(orders:list, p:Problem, times:dict, rng:random.Random) -> list:
     rng.shuffle(out)
     return out
 
-# %% ../nbs/01a_search.ipynb #bb0df36e
+# %% ../nbs/01a_search.ipynb #78efa8fd
 def _descend(orders:list, p:Problem, best:tuple, t_end:float, rng:random.Random) -> tuple:
     "Apply improving moves to `orders` (in place) until none improves or time is up; return its score."
     while time.perf_counter() < t_end:
@@ -543,7 +542,7 @@ def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3,
         if sc[:2] < best[:2]: best, best_o = sc, cur
     return best_o
 
-# %% ../nbs/01a_search.ipynb #adeaeacc
+# %% ../nbs/01a_search.ipynb #7d92bcdb
 _FIRST = [Policy(2, True), Policy(0, True, gate='rank'), Policy(0, False), Policy(1, True), Policy(0, True, gate='pipe')]
 RULES = _FIRST + [p for p in (Policy(ws, fifo, gate=g) for g in ('entry', 'rank', 'pipe') for fifo in (True, False) for ws in (1, 2, 0))
                   if p not in _FIRST] + [Policy(1, True, eager_w=True), Policy(1, False, eager_w=True)]  # the rules that win most often first
@@ -555,7 +554,7 @@ def as_problem_orders(s:Schedule, p:Problem) -> list|None:
     if p.shape.split_backward: return [[x for a in o for x in ((a, a._replace(kind='W')) if a.kind == 'B' else (a,))] for o in s.orders]
     return [[a for a in o if a.kind != 'W'] for o in s.orders]
 
-# %% ../nbs/01a_search.ipynb #c8671e3d
+# %% ../nbs/01a_search.ipynb #c120361b
 def fit_memory(orders:list, p:Problem) -> list|None:
     "`orders` made to fit: before a forward that would overflow, pull a deferred W forward, or else move the forward after the next free."
     frees, out = ('W' if p.shape.split_backward else 'B'), []
@@ -574,7 +573,7 @@ def fit_memory(orders:list, p:Problem) -> list|None:
         out.append(o)
     return out
 
-# %% ../nbs/01a_search.ipynb #4f5cdcc8
+# %% ../nbs/01a_search.ipynb #c276b179
 @dataclass
 class _Found:
     "The best orders of one placement so far."
@@ -593,7 +592,7 @@ class _Found:
         self.orders, self.span, self.how = orders, w[1], how
         return True
 
-# %% ../nbs/01a_search.ipynb #c276b179
+# %% ../nbs/01a_search.ipynb #1bf82b47
 def _heuristic(f:_Found, seeds:list, deadline:float):
     "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule until `deadline`."
     for label, s, fits in seeds:
@@ -603,7 +602,7 @@ def _heuristic(f:_Found, seeds:list, deadline:float):
         if time.perf_counter() > deadline and f.orders is not None: break
         f.offer(list_order(f.p, pol), 'list scheduling')
 
-# %% ../nbs/01a_search.ipynb #1bf82b47
+# %% ../nbs/01a_search.ipynb #97d8f836
 def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     "The `Problem` whose space holds schedule `s` (its placement, micro-batch size, split and recompute) under `costs`."
     c = costs_for(costs, s.num_stages)
@@ -612,7 +611,7 @@ def problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> Problem:
     return Problem(placement_of(s) or 'other', shape, c.action_costs(s), c.transfer(s), size,
                    math.inf if s.recompute else float(memory))
 
-# %% ../nbs/01a_search.ipynb #3b67971c
+# %% ../nbs/01a_search.ipynb #f2f1cc4b
 @dataclass(frozen=True)
 class SearchResult:
     "What `search_schedule` found: the schedule, its makespan, a proven lower bound, and every fixed schedule beside it."
@@ -646,7 +645,7 @@ class SearchResult:
                 f"gap={self.gap:.2%}, optimal={self.optimal}, peak={self.peak:.3g}, by {self.method}, {self.seconds:.1f}s; "
                 f"best fixed {self.best_fixed or '-'} {self.best_fixed_makespan:.4g})")
 
-# %% ../nbs/01a_search.ipynb #f2f1cc4b
+# %% ../nbs/01a_search.ipynb #f33fe9e4
 EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
 def _check_args(D, N, memory, placements, time_limit, method):
@@ -658,7 +657,7 @@ def _check_args(D, N, memory, placements, time_limit, method):
     if not time_limit > 0: raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
     if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
 
-# %% ../nbs/01a_search.ipynb #f33fe9e4
+# %% ../nbs/01a_search.ipynb #fa2fc597
 def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
     "{placement: _Found} for each placement where N micro-batches can run within the memory, with its structural bound."
     found = {}
@@ -670,7 +669,7 @@ def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
         found[pl] = _Found(p, bound=structural_bound(p))
     return found
 
-# %% ../nbs/01a_search.ipynb #fa2fc597
+# %% ../nbs/01a_search.ipynb #5a35c90e
 def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
     "CP-SAT on the placements that could still hold a schedule shorter than any found (or `cutoff`), lowest bound first."
     for _ in range(2 * len(found)):
@@ -684,7 +683,7 @@ def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
         f.offer(ex.orders, 'cp-sat')
         f.optimal = ex.optimal  # proven in its integer model: more time will not help
 
-# %% ../nbs/01a_search.ipynb #5a35c90e
+# %% ../nbs/01a_search.ipynb #bc9bfe9c
 def _local(found:dict, deadline:float, seed:int, cutoff:float=math.inf):
     "Local search on each placement that could still beat the best found (or `cutoff`), best first, sharing the time left."
     best = min([x.span for x in found.values()] + [cutoff])
@@ -695,7 +694,7 @@ def _local(found:dict, deadline:float, seed:int, cutoff:float=math.inf):
         if left <= 0.05: break
         f.offer(improve(f.orders, f.p, left / (len(todo) - i), seed, target=f.bound), 'local search')
 
-# %% ../nbs/01a_search.ipynb #bc9bfe9c
+# %% ../nbs/01a_search.ipynb #7955283d
 def _as_schedule(f:_Found) -> Schedule:
     "The validated `Schedule` of the best orders of placement `f`."
     sh = f.p.shape
@@ -714,7 +713,7 @@ def _tables(rows:list, found:dict, res:dict):
                              gap=max(0.0, f.span / f.bound - 1) if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
     return comp, pls
 
-# %% ../nbs/01a_search.ipynb #7955283d
+# %% ../nbs/01a_search.ipynb #783fa294
 def search_schedule(D:int, # pipeline ranks
                     N:int, # micro-batches per iteration
                     costs:Costs|None=None, # per-stage F, B, W and p2p (lists of D values, or scalars)
@@ -746,7 +745,7 @@ def search_schedule(D:int, # pipeline ranks
     _local(found, deadline, seed, cutoff)
     return _finish(D, N, costs, memory, rows, fits, found, t0)
 
-# %% ../nbs/01a_search.ipynb #783fa294
+# %% ../nbs/01a_search.ipynb #376f1cf9
 def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:
     "Time the best answer with `simulate`, fall back to a faster fixed schedule, bound it, and tabulate."
     mine = [r for r in fits if r['placement'] in found]
