@@ -167,7 +167,7 @@ def base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, sync
     return PipelineSpec(model=m, dtype=dtype if dtype in DTYPES else 'float32', seq_len=seq, sync=sync,
                         hardware=hw if hw in HARDWARE else None)
 
-# %% ../nbs/09_autotune.ipynb #dbd2af88
+# %% ../nbs/09_autotune.ipynb #b1ce8348
 def autotune(gpus:int, # P
              global_batch:int|Sequence[int], # G, or several
              profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
@@ -179,6 +179,8 @@ def autotune(gpus:int, # P
              optimizer:str='adamw', method:str='analytic', # 'analytic' (Eq. 1) or 'simulate' for every candidate
              refine:int=0, # re-predict the best `refine` with the simulator
              spec:PipelineSpec|None=None, # a base spec: its model, dtype, seq_len, sync and hardware (instead of model= / hardware=)
+             search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
+             search_time:float=5.0, # seconds per searched configuration
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
     if spec is not None:
@@ -199,9 +201,28 @@ def autotune(gpus:int, # P
         ok.sort(key=lambda r: -r['throughput'])
         ok[:refine] = [_row(r['spec'], predict(prof_at(r['spec'].B), r['spec'].make(), r['spec'].W, resolve_sync(r['spec'].sync, prof_at(r['spec'].B)),
                                                'simulate', optimizer)) for r in ok[:refine]]
+    if search and ok:
+        ok.sort(key=lambda r: -r['throughput'])
+        ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
     return _tuning(ok, bad, time.perf_counter() - t0)
 
-# %% ../nbs/09_autotune.ipynb #f4eb3488
+# %% ../nbs/09_autotune.ipynb #867a99e9
+def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float) -> dict|None:
+    "The ranking row of the order searched for `c`'s D and N on its costs (None if it cannot fit or beat nothing)."
+    from chimera_nb.search import search_schedule
+    from chimera_nb.simulate import Costs, simulate
+    sp = prof.stage_profiles(c.D)
+    costs = Costs([p.forward_s for p in sp], [p.backward_s / 2 for p in sp], [p.backward_s / 2 for p in sp],
+                  p2p=prof.p2p_latency + max((p.out_bytes for p in sp[:-1]), default=0) / prof.p2p_bandwidth)
+    cap = max(simulate(c.make()).peak_activations)
+    try: r = search_schedule(c.D, c.N, costs, memory=cap, time_limit=seconds, method='heuristic')
+    except (ValueError, ImportError): return None
+    s = c.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
+    p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof), 'simulate', optimizer)
+    lim = limit if limit is not None else prof.memory_bytes
+    return None if p.memory_per_gpu > lim else _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
+
+# %% ../nbs/09_autotune.ipynb #27e52656
 def _rejected(c, p, why) -> dict:
     "A rejected row: `c` is a spec, or the fields that made none."
     f = c if isinstance(c, dict) else c.to_dict()
@@ -220,7 +241,7 @@ def _tuning(ok, bad, seconds) -> Tuning:
     if len(rank): validate(rank['spec'].iloc[0].make())
     return Tuning(rank, rej, seconds, len(ok) + len(bad))
 
-# %% ../nbs/09_autotune.ipynb #918c0f3d
+# %% ../nbs/09_autotune.ipynb #0146e072
 PAPER_SCHEMES = {'GPipe': lambda r: r.schedule == 'gpipe', 'DAPPLE': lambda r: r.schedule == '1f1b',
                  'GEMS': lambda r: r.schedule == 'gems',
                  'Chimera': lambda r: r.label.isin(['chimera', 'chimera doubling', 'chimera halving']),

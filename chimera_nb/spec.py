@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/spec.html.md"""
 __all__ = ['PRESETS', 'TASKS', 'PACKAGED', 'DTYPES', 'SOURCES', 'SYNCS', 'NONE_AS', 'DECAYS', 'PARTITIONS', 'FLAG_ALIASES',
            'SpecError', 'Preset', 'ModelInfo', 'package_folder', 'model_info', 'field_docs', 'check_number',
            'check_choice', 'PipelineSpec', 'toml_string', 'toml_lines', 'read_toml', 'load_dict', 'layouts',
-           'TrainConfig', 'split_keys', 'OneLineParser', 'config_parser', 'parse_config', 'main']
+           'TrainConfig', 'split_keys', 'OneLineParser', 'config_parser', 'parse_config', 'read_order', 'main']
 
 # %% ../nbs/00b_spec.ipynb #08653ab5
 import dataclasses, functools, hashlib, inspect, json, math, numbers, os, re, typing
@@ -141,7 +141,7 @@ def check_choice(what:str, v, choices) -> str:
         raise SpecError(f"unknown {what} {v!r}: choose one of {', '.join(map(str, choices))}")
     return v
 
-# %% ../nbs/00b_spec.ipynb #5713c6f9
+# %% ../nbs/00b_spec.ipynb #2812424b
 DTYPES = ('float32', 'float64', 'bfloat16')
 SOURCES = ('auto', 'preset', 'package', 'folder', 'hub')
 SYNCS = SYNC_POLICIES + ('auto',)
@@ -157,18 +157,19 @@ class PipelineSpec:
     D: int = 4                     # pipeline depth: ranks per pipeline
     B: int = 2                     # micro-batch size: examples per micro-batch
     N: int = 4                     # micro-batches per replica per iteration (global batch = W x N x B)
-    schedule: str = 'chimera'      # the pipeline schedule (schedules.SCHEDULES; dapple = 1f1b)
+    schedule: str = 'chimera'      # the pipeline schedule (schedules.SCHEDULES; dapple = 1f1b), or custom: the order given in `order`
     pipes: int = 2                 # Chimera's 2k pipes (other schedules ignore it)
     concat: str = 'direct'         # Chimera's concatenation when N > D: direct, doubling, halving or zero-bubble
     chunks: int = 2                # interleaved-1f1b's model chunks per rank (other schedules ignore it)
     recompute: bool = False        # recompute activations in the backward (less memory, one more forward)
     sync: str = 'auto'             # gradient all-reduce: eager, eager-opt, end, or auto (eager on CUDA, end on CPU)
     hardware: str|None = None      # what it was predicted for: a perf_model.HARDWARE name or a saved Profile (.json)
+    order: str|None = None         # schedule custom: the order itself, in the schedules' text form (a searched or hand-written one)
 
     def __post_init__(self):
         _check_types(self); _canonical(self); _check_model(self); _check_schedule(self)
 
-# %% ../nbs/00b_spec.ipynb #7b0492aa
+# %% ../nbs/00b_spec.ipynb #2f3f3627
 _INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536), pipes=(2, 64), chunks=(1, 64))
 
 def _check_types(s:PipelineSpec):
@@ -183,7 +184,10 @@ def _check_types(s:PipelineSpec):
     check_choice('dtype', s.dtype, DTYPES); check_choice('source', s.source, SOURCES)
     check_choice('sync', s.sync, SYNCS); check_choice('concat', s.concat, CHIMERA_CONCAT)
     if not isinstance(s.schedule, str): raise SpecError(f"schedule must be a name, got {s.schedule!r}")
-    check_choice('schedule', _ALIASES.get(s.schedule.lower(), s.schedule.lower()), SCHEDULES)
+    check_choice('schedule', _ALIASES.get(s.schedule.lower(), s.schedule.lower()), (*SCHEDULES, 'custom'))
+    if (s.order is None) != (s.schedule.lower() != 'custom'):
+        raise SpecError("order goes with schedule='custom' (and custom needs an order): give both, e.g. --schedule-file FILE, or neither")
+    if s.order is not None and not isinstance(s.order, str): raise SpecError(f"order must be a schedule's text form, got {type(s.order).__name__}")
 
 # %% ../nbs/00b_spec.ipynb #ecf6b90c
 _DEFAULT_OPTIONS = dict(pipes=2, concat='direct', chunks=2)
@@ -220,18 +224,19 @@ def _check_model(s:PipelineSpec):
         from chimera_nb.perf_model import HARDWARE   # lazily: it imports torch
         check_choice('hardware', s.hardware, HARDWARE)
 
-# %% ../nbs/00b_spec.ipynb #511fb1dc
+# %% ../nbs/00b_spec.ipynb #0fe40c86
 def _check_schedule(s:PipelineSpec):
     "The schedule builds (the generator's own rules: even D for Chimera, N a multiple of D, ...) and fits the model."
     if s.concat == 'halving' and s.schedule == 'chimera' and s.B % 2:
         raise SpecError(f"B={s.B}: backward halving runs half micro-batches, so B must be even")
     try: sch = s.make()
-    except (ValueError, TypeError) as e: raise SpecError(f"{s.schedule} with D={s.D}, N={s.N}: {e}") from e
+    except (ValueError, TypeError) as e:   # one line, the validator's reasons joined
+        raise SpecError(f"{s.schedule} with D={s.D}, N={s.N}: " + '; '.join(l.strip() for l in str(e).splitlines() if l.strip())) from e
     if s.info is not None and sch.num_stages > s.info.layers:
         raise SpecError(f"D={s.D}: {s.schedule} runs {sch.num_stages} stages, but {s.model} has {s.info.layers} layers "
                         f"(embeddings, blocks, head): use a smaller D or a deeper model")
 
-# %% ../nbs/00b_spec.ipynb #ded5f27a
+# %% ../nbs/00b_spec.ipynb #167a3e08
 from fastcore.basics import patch
 
 @patch(as_prop=True)
@@ -240,6 +245,12 @@ def info(self:PipelineSpec) -> ModelInfo|None:
     if self.model is None: return None
     if '_info' not in self.__dict__: self.__dict__['_info'] = model_info(self.model, self.source)
     return self.__dict__['_info']
+
+@functools.lru_cache(maxsize=256)
+def _parse_order(text:str) -> Schedule:
+    "A custom order, parsed and validated once (the one validator: every dependency, every micro-batch, no deadlock)."
+    from chimera_nb.schedules import validate
+    return validate(Schedule.from_text(text))
 
 @functools.lru_cache(maxsize=8192)
 def _build(name:str, D:int, N:int, options:tuple, recompute:bool) -> Schedule:
@@ -250,7 +261,11 @@ def _build(name:str, D:int, N:int, options:tuple, recompute:bool) -> Schedule:
 @patch
 def make(self:PipelineSpec) -> Schedule:
     "The schedule this spec runs (built once per shape and cached; the generators check their own rules)."
-    return _build(self.schedule, self.D, self.N, tuple(self.options.items()), self.recompute)
+    if self.schedule != 'custom': return _build(self.schedule, self.D, self.N, tuple(self.options.items()), self.recompute)
+    s = _parse_order(self.order)
+    if (s.num_ranks, s.microbatches) != (self.D, self.N):
+        raise ValueError(f"the order runs on {s.num_ranks} ranks with {s.microbatches} micro-batches: set D={s.num_ranks}, N={s.microbatches}")
+    return dataclasses.replace(s, recompute=True) if self.recompute and not s.recompute else s
 
 # %% ../nbs/00b_spec.ipynb #52687d85
 @patch(as_prop=True)
@@ -538,7 +553,7 @@ def _add_flags(g, cls, docs:dict, skip=()):
         else: g.add_argument(*flags, dest=f.name, type=kind, default=None, metavar=f.name.upper(), help=h.replace('%', '%%'))
         if kind is bool: g.add_argument('--no-' + f.name.replace('_', '-'), dest=f.name, action='store_false', help=f"not {f.name}")
 
-# %% ../nbs/00b_spec.ipynb #cca3ae6a
+# %% ../nbs/00b_spec.ipynb #b7ce12e8
 import argparse
 
 class OneLineParser(argparse.ArgumentParser):
@@ -551,19 +566,31 @@ def config_parser():
                                 'on local processes, torchrun or srun.')
     p.add_argument('--spec', metavar='FILE', help='a PipelineSpec file (.toml or .json), e.g. saved by the autotuner or the playground')
     p.add_argument('--config', metavar='FILE', help='a whole run (.toml or .json): training keys, and spec keys flat or under [spec]')
+    p.add_argument('--schedule-file', metavar='FILE', help="a saved schedule (its text or CSV form, e.g. search_schedule's): run it as "
+                   "schedule custom, with its D and N")
     _add_flags(p.add_argument_group('pipeline (the spec)'), PipelineSpec, field_docs(PipelineSpec))
     _add_flags(p.add_argument_group('training'), TrainConfig, field_docs(TrainConfig), skip=('spec',))
     return p
 
-# %% ../nbs/00b_spec.ipynb #ca4a1964
+# %% ../nbs/00b_spec.ipynb #8fdfff08
 def parse_config(argv=None) -> TrainConfig:
     "A checked `TrainConfig` from flags, `--config FILE` and `--spec FILE` (flags override the spec file, which overrides the config)."
     a = vars(config_parser().parse_args(argv))
-    spec_file, cfg_file = a.pop('spec'), a.pop('config')
+    spec_file, cfg_file, order_file = a.pop('spec'), a.pop('config'), a.pop('schedule_file')
     s, t = split_keys(load_dict(cfg_file), f'config file {cfg_file}') if cfg_file else ({}, {})
     if spec_file: s.update(PipelineSpec.load(spec_file).to_dict())
+    if order_file: s.update(read_order(order_file))
     fs, ft = split_keys({k: v for k, v in a.items() if v is not None})
     return TrainConfig(PipelineSpec(**{**s, **fs}), **{**t, **ft})
+
+def read_order(path) -> dict:
+    "The spec fields of a saved schedule file (text or CSV form): schedule custom, its order, D and N."
+    p = Path(os.path.expanduser(str(path)))
+    try: text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e: raise SpecError(f"schedule file {str(p)!r}: cannot read it ({type(e).__name__}): give a saved schedule") from e
+    try: s = Schedule.from_csv(text) if p.suffix == '.csv' else Schedule.from_text(text)
+    except ValueError as e: raise SpecError(f"schedule file {str(p)!r}: {e}") from e
+    return dict(schedule='custom', order=s.to_text(), D=s.num_ranks, N=s.microbatches)
 
 # %% ../nbs/00b_spec.ipynb #d918030e
 def main(argv=None) -> int:

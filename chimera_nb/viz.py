@@ -628,7 +628,7 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     resolve_theme(theme)
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
-# %% ../nbs/02_viz.ipynb #93fbee7d
+# %% ../nbs/02_viz.ipynb #fe4aaa69
 class Explorer(W.VBox):
     "Schedule explorer: controls, a message line, metrics, timeline + memory figures, a bubble note and save buttons."
     spec = traitlets.Instance(PipelineSpec)   # what is drawn; the schedule controls edit it, and setting it moves them
@@ -640,7 +640,7 @@ class Explorer(W.VBox):
         spec = spec or PipelineSpec(model=None, schedule=schedule, D=D, N=N)
         st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
         f, b, w = COST_PRESETS[costs]
-        self.schedule = W.Dropdown(options=list(SCHEDULES), value=spec.schedule, description='schedule', style=st, layout=box('220px'))
+        self.schedule = W.Dropdown(options=list(SCHEDULES) + ['custom'], value=spec.schedule, description='schedule', style=st, layout=box('220px'))
         self.D = W.IntText(value=spec.D, description='D (stages)', style=st, layout=box('140px'))
         self.N = W.IntText(value=spec.N, description='N (micro-batches)', style=st, layout=box('180px'))
         self.pipes = W.BoundedIntText(value=spec.pipes, min=2, max=64, step=2, description='pipes (2k)', style=st, layout=box('140px'))
@@ -658,6 +658,10 @@ class Explorer(W.VBox):
         self.saves = [W.Button(description=k, tooltip=f"save the {k} into the folder", layout=box('auto'))
                       for k in ('HTML', 'PNG', 'trace', 'text', 'CSV', 'torch CSV')]
         for btn in self.saves: btn.on_click(self._save_clicked)
+        self.search_button = W.Button(description='Search', tooltip='search an order for these D, N and costs (schedule search), '
+                                      'drawn beside the best fixed schedule', layout=box('auto'))
+        self.search_button.on_click(lambda _: self.search())
+        self.search_box, self.search_result = W.VBox([]), None   # the searched order beside the best fixed one, after a search
         self.message, self.metrics, self.note, self.saved = W.HTML(), W.HTML(), W.HTML(), W.HTML()
         self.probe = PageProbe()
         self.probe.observe(self._theme_seen, names='theme')
@@ -672,7 +676,7 @@ class Explorer(W.VBox):
         wrap = lambda ws: W.HBox(ws, layout=W.Layout(flex_flow='row wrap'))   # narrow notebooks: controls wrap, never clip
         self._rows = [wrap([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.recompute, self.theme]),
                       wrap([self.preset, self.forward, self.backward, self.weight, self.p2p, self.allreduce]),
-                      wrap([self.folder] + self.saves + [self.saved]), self.message, self.metrics]
+                      wrap([self.folder] + self.saves + [self.search_button, self.saved]), self.message, self.metrics]
         super().__init__()
         self.spec = spec
         self.add_class('chimera-explorer')
@@ -719,7 +723,7 @@ def _replace(fw:go.FigureWidget, fig:go.Figure):
         fw.add_traces(list(fig.data))
         fw.layout = fig.layout
 
-# %% ../nbs/02_viz.ipynb #6d2e755f
+# %% ../nbs/02_viz.ipynb #7ce39e74
 @patch
 def _fail(self:Explorer, msg:str):
     self.error = msg
@@ -773,7 +777,7 @@ def redraw(self:Explorer):
         if self._memory: _replace(self.memfig, figs[1])
     notes = [n for n in (bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), variant_hint(sp, self.costs(), tl.makespan)) if n]
     self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
-    if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.probe]
+    if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.search_box, self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
     self._status('drawing in the browser…')
     self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
@@ -825,7 +829,26 @@ def _save_clicked(self:Explorer, btn):
         self.saved.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"; return
     self.saved.value = f"<span>saved <code>{html.escape(str(p))}</code></span>"
 
-# %% ../nbs/02_viz.ipynb #c173e1d1
+# %% ../nbs/02_viz.ipynb #92bd7c7b
+@patch
+def search(self:Explorer, time_limit:float=10.0, # seconds for the search
+           **kw): # more search_schedule arguments (memory, placements, method)
+    "Search an order for the drawn D, N and costs; draw it, and compare it with the best fixed schedule that fits."
+    from chimera_nb.search import search_schedule, fixed_variants
+    sp = self.spec if self.spec.schedule != 'custom' else self.spec.replace(schedule='chimera', order=None)
+    try: r = search_schedule(sp.D, sp.N, self.costs(), time_limit=time_limit, **kw)
+    except (ValueError, ImportError) as e: return self._fail(f"search: {e}")
+    self.search_result = r
+    best = dict(fixed_variants(sp.D, sp.N)).get(r.best_fixed)
+    self.spec = sp.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
+    note = W.HTML(f"<div style='font-size:12px'>searched ({html.escape(r.method)}, {r.placement}): makespan <b>{r.makespan:.3g}</b>; best fixed "
+                  f"{html.escape(r.best_fixed or 'none')} {r.best_fixed_makespan:.3g}; lower bound {r.lower_bound:.3g}"
+                  f"{' (optimal)' if r.optimal else f' (gap {r.gap:.1%})'}</div>")
+    figs = [go.FigureWidget(compare([simulate(r.schedule, self.costs()), simulate(best, self.costs())], theme=self.theme.value).fig)] if best else []
+    self.search_box.children = [note, *figs]
+    return r
+
+# %% ../nbs/02_viz.ipynb #a2694927
 def explorer(schedule:str='chimera', D:int=4, N:int=4, memory:bool=True, # also draw the memory picture (default: the paper's D = N, where Chimera wins)
              width:int|None=None, # figure width in px (None: the width of the notebook)
              theme:str='auto', # 'auto' follows JupyterLab's light / dark theme

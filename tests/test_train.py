@@ -228,3 +228,18 @@ def test_bad_input_is_one_line_and_exit_2(args, env, msg):
     r = _cli('--steps', 1, *args, env=env, timeout=100)
     assert r.returncode == 2 and msg in r.stderr and 'Traceback' not in r.stderr, r.stderr[-2000:]
     assert r.stderr.strip().count('\n') == 0 and time.monotonic() - t < 30, r.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_searched_schedule_trains_from_its_file_as_plain_training(tmp_path):
+    "search_schedule's order, saved and read back as a custom spec, trains with the losses of one process (float64, dropout)."
+    from chimera_nb.search import search_schedule
+    from chimera_nb.simulate import Costs
+    from chimera_nb.spec import read_order
+    r = search_schedule(4, 4, Costs([1, 1, 1, 3], [1, 1, 1, 3], [1, 1, 1, 3], p2p=0.2), placements=('single', 'bidirectional'),
+                        time_limit=3, method='heuristic')
+    path = tmp_path / 'order.txt'; path.write_text(r.schedule.to_text())
+    got = train(TC(**{**BASE, **read_order(path)}, steps=3, local_ranks=4))
+    ref = train(TC(**BASE, schedule='1f1b', D=1, steps=3, local_ranks=1))
+    assert len(got.losses) == 3
+    for (s, a), (_, b) in zip(got.losses, ref.losses): assert abs(a - b) <= 1e-9 * abs(b), (s, a, b)
