@@ -82,10 +82,10 @@ def test_kill_and_sigterm_resume_the_same_trajectory(tmp_path):
     # a checkpoint truncated on disk is refused, with the reason, and the previous one used
     c = TC(**cfg, checkpoint_dir=str(tmp_path / 'whole'))
     s = c.spec.make()
-    newest = tmp_path / 'whole' / 'step_00000008' / 'rank00002.pt'
+    newest = tmp_path / 'whole' / 'step_00000008' / 'rank00002.safetensors'
     newest.write_bytes(newest.read_bytes()[:1000])
     d, skipped = latest_checkpoint(c, 4, s.to_text())
-    assert d.name == 'step_00000006' and 'rank00002.pt is damaged' in skipped[0]
+    assert d.name == 'step_00000006' and 'rank00002.safetensors is damaged' in skipped[0]
 
 
 @pytest.mark.parametrize('cfg, msg', [
