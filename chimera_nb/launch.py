@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from .runtime import PipelineFailure, read_failures, report_failure
+from .failures import PipelineFailure
+from .comm import read_failures, report_failure
 from . import _compat
 
 # %% ../nbs/06a_launch.ipynb #b0c71e17

@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/program.html.md"""
 
 # %% auto #0
 __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute', 'Send', 'ReduceStart', 'ReduceWait',
-           'OptimizerStep', 'Program', 'compute_order', 'add_communication', 'reduce_points', 'add_gradient_sync',
-           'lower', 'check_program']
+           'OptimizerStep', 'ReduceLoss', 'Program', 'compute_order', 'add_communication', 'reduce_points',
+           'add_gradient_sync', 'lower', 'check_program']
 
 # %% ../nbs/00a_program.ipynb #e9361113
 from dataclasses import dataclass, field
@@ -69,10 +69,14 @@ class ReduceWait(NamedTuple):
     def __repr__(self): return f"allreduce {self.stage} wait"
 
 class OptimizerStep(NamedTuple):
-    "End of the step: the loss is reduced, gradients clipped if asked, the optimizer steps."
+    "End of a training step: the loss is reduced, gradients clipped if asked, the optimizer steps."
     def __repr__(self): return "optimizer step"
 
-INSTRUCTIONS = (Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep)
+class ReduceLoss(NamedTuple):
+    "End of a forward-only step: the loss (and any metric) is reduced over every rank; nothing steps."
+    def __repr__(self): return "reduce loss"
+
+INSTRUCTIONS = (Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss)
 
 # %% ../nbs/00a_program.ipynb #12a0c922
 SYNC_POLICIES = ('eager', 'eager-opt', 'end')
@@ -151,7 +155,7 @@ def reduce_points(s:Schedule, # the schedule
 
 # %% ../nbs/00a_program.ipynb #9c5b0e6f
 def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
-    "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s and `OptimizerStep` at the end."
+    "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s, and `OptimizerStep` (forward only: `ReduceLoss`) at the end."
     out = []
     for r, prog in enumerate(ranks):
         points = reduce_points(s, r, sync, dp_width)
@@ -162,7 +166,7 @@ def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) 
             if type(ins) is Compute and ins[0] in after: st = after[ins[0]]; new.append(ReduceStart(st)); started.append(st)
         late = [st for st, a in points.items() if a is None]
         new += [ReduceStart(st) for st in late]
-        new += [ReduceWait(st) for st in started + late] + [OptimizerStep()]
+        new += [ReduceWait(st) for st in started + late] + [ReduceLoss() if s.forward_only else OptimizerStep()]
         out.append(new)
     return out
 

@@ -15,7 +15,9 @@ import torch
 from torch import nn
 from .schedules import Schedule, make_schedule
 from .simulate import Costs
-from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches, _to, layer_streams
+from .runtime import PipelineRuntime, clip_grad_norm_
+from .payload import call_stage, split_microbatches, to_device as _to
+from .compute import seeded, microbatch_seed, layer_streams
 
 # %% ../nbs/06b_testing.ipynb #a0aa5c30
 def mlp_stages(num_stages:int, # number of pipeline stages S
