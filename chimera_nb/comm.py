@@ -47,6 +47,7 @@ def report_failure(store, message:str):
         store.set(f'{_FAIL_KEY}{i}', message)
     except Exception: pass
 
+# %% ../nbs/06e_comm.ipynb #c5428627
 def read_failures(store, wait:float=0.0) -> list:
     "Failure reports in a c10d `store`, waiting up to `wait` seconds for a first one."
     deadline = time.monotonic() + wait
@@ -57,7 +58,7 @@ def read_failures(store, wait:float=0.0) -> list:
         except Exception as e: return [f'(failure reports unreadable: the store is gone: {type(e).__name__})']
         time.sleep(0.05)
 
-# %% ../nbs/06e_comm.ipynb #dfe992d5
+# %% ../nbs/06e_comm.ipynb #281ec4ac
 class TorchComm(Comm):
     "Communication over the default torch.distributed process group; gloo matches messages by tag."
     world_group = None  # the default group
@@ -74,10 +75,7 @@ class TorchComm(Comm):
 def _host_wait(work, timeout): work.wait(datetime.timedelta(seconds=timeout))
 def _stream_wait(work, timeout): work.wait()
 
-# %% ../nbs/06e_comm.ipynb #f153ee4c
-@patch
-def group(self:TorchComm, ranks, control=False):
-    return dist.new_group(sorted(ranks), backend='gloo' if control and self.control is not None else None)
+# %% ../nbs/06e_comm.ipynb #ff07634e
 @patch
 def isend(self:TorchComm, t, dst, tag): return self.pg.send([t], dst, tag)
 @patch
@@ -89,10 +87,40 @@ def header_send(self:TorchComm, t, dst, tag):
 def header_recv(self:TorchComm, t, src, tag):
     return self.pg.recv([t], src, tag) if self.control is None else dist.irecv(t, src, group=self.control, tag=tag)
 
-# %% ../nbs/06e_comm.ipynb #c138c808
+# %% ../nbs/06e_comm.ipynb #4a0f1078
+_PAIR_TAG = 1 << 30  # above every message tag of a step
+
+class _PairSum:
+    "The sum of `t` over two ranks by exchange (gloo p2p); the addition happens at the first wait."
+    def __init__(self, pg, t, peer:int, tag:int):
+        self.t, self.other = t, torch.empty_like(t)
+        self.works = [pg.recv([self.other], peer, tag), pg.send([t], peer, tag)]
+    def wait(self, timeout=None):
+        if self.works is None: return True
+        for w in self.works: w.wait(timeout) if timeout is not None else w.wait()
+        self.works = None
+        self.t.add_(self.other)
+        return True
+    def is_completed(self): return self.works is None or all(w.is_completed() for w in self.works)
+
+# %% ../nbs/06e_comm.ipynb #b9ea1540
+@patch
+def group(self:TorchComm, ranks, control=False):
+    "A new group over `ranks`; two-rank gloo groups are remembered, so their sums can be exchanges."
+    g = dist.new_group(sorted(ranks), backend='gloo' if control and self.control is not None else None)
+    pairs = self.__dict__.setdefault('pairs', {})
+    if len(ranks) == 2 and self.rank in ranks and not control: pairs[g] = (sorted(ranks), _PAIR_TAG + len(pairs))
+    return g
+
 @patch
 def all_reduce(self:TorchComm, t, group, op='sum'):
+    pair = self.__dict__.get('pairs', {}).get(group)
+    if pair is not None and op == 'sum' and self.control is None and t.device.type == 'cpu':
+        (a, b), tag = pair
+        return _PairSum(self.pg, t, b if a == self.rank else a, tag)
     return dist.all_reduce(t, op=dist.ReduceOp.MAX if op == 'max' else dist.ReduceOp.SUM, group=group, async_op=True)
+
+# %% ../nbs/06e_comm.ipynb #a9007220
 @patch
 def broadcast(self:TorchComm, t, src, group): return dist.broadcast(t, src, group=group, async_op=True)
 @patch
@@ -104,7 +132,7 @@ def report(self:TorchComm, message): report_failure(self.store, message)
 @patch
 def reports(self:TorchComm, wait=0.0): return read_failures(self.store, wait) if self.store is not None else []
 
-# %% ../nbs/06e_comm.ipynb #ad64c5aa
+# %% ../nbs/06e_comm.ipynb #4e710709
 class ChannelComm(TorchComm):
     "`TorchComm` with one group per direction of each communicating pair, messages matched by order."
     def make_channels(self, pairs:list):
@@ -117,7 +145,7 @@ class ChannelComm(TorchComm):
     def isend(self, t, dst, tag): return dist.isend(t, dst, group=self.channels[(self.rank, dst)], tag=0)
     def irecv(self, t, src, tag): return dist.irecv(t, src, group=self.channels[(src, self.rank)], tag=0)
 
-# %% ../nbs/06e_comm.ipynb #6df74ae1
+# %% ../nbs/06e_comm.ipynb #e81dd29d
 class _ThreadWork:
     "A work item of `ThreadComm`: `fn(timeout)` does (or finishes) the operation when waited on."
     def __init__(self, fn=None, ready=None): self.fn, self.ready = fn, ready
@@ -136,7 +164,7 @@ class ThreadWorld:
             if not self.cond.wait_for(lambda: pred() or self.board, timeout): raise TimeoutError(f"{what}: nothing after {timeout}s")
             if not pred(): raise ConnectionAbortedError(f"{what}: abandoned, a rank failed")
 
-# %% ../nbs/06e_comm.ipynb #d931d4b0
+# %% ../nbs/06e_comm.ipynb #29711e8e
 class ThreadComm(Comm):
     "Communication between threads of one process (see `run_threads`)."
     def __init__(self, world:ThreadWorld, rank:int):
@@ -148,7 +176,7 @@ class ThreadComm(Comm):
     def wait(self, work, timeout):
         if work.fn is not None: fn, work.fn = work.fn, None; fn(timeout)
 
-# %% ../nbs/06e_comm.ipynb #df6b3679
+# %% ../nbs/06e_comm.ipynb #54fc0f9e
 @patch
 def isend(self:ThreadComm, t, dst, tag):
     with self.w.cond:
@@ -166,7 +194,7 @@ def irecv(self:ThreadComm, t, src, tag):
 
 ThreadComm.header_send, ThreadComm.header_recv = ThreadComm.isend, ThreadComm.irecv
 
-# %% ../nbs/06e_comm.ipynb #81f19f64
+# %% ../nbs/06e_comm.ipynb #02a3678c
 @patch
 def _collective(self:ThreadComm, group, t, combine):
     "Deposit `t` at the group's next rendezvous; the work combines every member's deposit into `t`."
@@ -183,7 +211,7 @@ def _collective(self:ThreadComm, group, t, combine):
             if len(done) == len(group): del self.w.meet[key], self.w.reads[key]
     return _ThreadWork(fn, full)
 
-# %% ../nbs/06e_comm.ipynb #e4942fe2
+# %% ../nbs/06e_comm.ipynb #6e53df89
 def _combine(op):
     return torch.maximum if op == 'max' else torch.add
 
@@ -201,7 +229,7 @@ def broadcast(self:ThreadComm, t, src, group): return self._collective(group, t,
 def all_gather(self:ThreadComm, outs, t, group):
     return self._collective(group, t, lambda xs: [o.copy_(x) for o, x in zip(outs, xs)])
 
-# %% ../nbs/06e_comm.ipynb #c030e9f6
+# %% ../nbs/06e_comm.ipynb #dfd294a8
 @patch
 def report(self:ThreadComm, message):
     with self.w.cond: self.w.board.append(message); self.w.cond.notify_all()
@@ -210,14 +238,14 @@ def reports(self:ThreadComm, wait=0.0):
     with self.w.cond: self.w.cond.wait_for(lambda: self.w.board, wait)
     return list(self.w.board)
 
-# %% ../nbs/06e_comm.ipynb #da584c73
+# %% ../nbs/06e_comm.ipynb #fa4589d9
 def current_comm(device:torch.device, channels:bool|None=None) -> Comm:
     "This thread's `ThreadComm` inside `run_threads`, else torch.distributed (channels on CUDA, or when asked)."
     c = getattr(threading.current_thread(), 'chimera_comm', None)  # on the thread: seen by every copy of this module
     if c is not None: return c
     return ChannelComm(device) if device.type == 'cuda' or channels else TorchComm(device)
 
-# %% ../nbs/06e_comm.ipynb #c19c9bf7
+# %% ../nbs/06e_comm.ipynb #64d6fd1b
 def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every thread
                 world_size:int, # number of ranks
                 *args,
@@ -241,7 +269,7 @@ def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in eve
     if errors or hung: _threads_failed(world, errors, hung, timeout)
     return results
 
-# %% ../nbs/06e_comm.ipynb #c420bf72
+# %% ../nbs/06e_comm.ipynb #c01be4db
 def _threads_failed(world, errors, hung, timeout):
     lines = [f"  rank {r}: {type(e).__name__}: {e}" for r, e in sorted(errors.items())]
     lines += [f"  rank {r}: still running after the {timeout}s timeout (threads cannot be killed)" for r in hung]

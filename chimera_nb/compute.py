@@ -21,7 +21,7 @@ from .simulate import Costs
 from .payload import flatten, unflatten, call_stage, to_device
 from . import _compat
 
-# %% ../nbs/06f_compute.ipynb #e54bbba0
+# %% ../nbs/06f_compute.ipynb #ab5443f3
 def microbatch_seed(seed:int, # base seed of the run
                     step:int, # optimizer step
                     stage:int, # model stage
@@ -32,13 +32,14 @@ def microbatch_seed(seed:int, # base seed of the run
     for v in (seed, step, stage, microbatch): h = ((h ^ (v & 0xFFFFFFFFFFFFFFFF)) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h >> 1
 
-# %% ../nbs/06f_compute.ipynb #55942700
+# %% ../nbs/06f_compute.ipynb #32ae8884
 def _cuda(device) -> bool: return device is not None and torch.device(device).type == 'cuda'
 
 def rng_state(device=None):
     "The CPU (and CUDA) RNG state, to replay a forward's dropout masks."
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if _cuda(device) else None)
 
+# %% ../nbs/06f_compute.ipynb #03d7dffa
 @contextlib.contextmanager
 def seeded(seed:int|None, # seed to run under (None: leave the RNG alone)
            state=None, # or a saved `rng_state()` to restore
@@ -53,7 +54,7 @@ def seeded(seed:int|None, # seed to run under (None: leave the RNG alone)
             if devices and state[1] is not None: torch.cuda.set_rng_state(state[1], devices[0])
         yield
 
-# %% ../nbs/06f_compute.ipynb #0d6619b7
+# %% ../nbs/06f_compute.ipynb #4ecfab73
 _streams = threading.local()
 
 @contextlib.contextmanager
@@ -69,7 +70,7 @@ def layer_seed(layer:int) -> int|None:
     b = getattr(_streams, 'base', None)
     return None if b is None else microbatch_seed(b, 0, layer, 0)
 
-# %% ../nbs/06f_compute.ipynb #56a6fe69
+# %% ../nbs/06f_compute.ipynb #28324314
 @dataclass
 class Context:
     "What a compute backend sees of the runtime: the stages this rank holds, where they run, and which step."
@@ -91,7 +92,7 @@ class Context:
     def autocast_ctx(self):
         return torch.autocast('cuda', dtype=torch.bfloat16) if self.autocast and _cuda(self.device) else contextlib.nullcontext()
 
-# %% ../nbs/06f_compute.ipynb #b576cd3d
+# %% ../nbs/06f_compute.ipynb #41592395
 class ComputeBackend:
     "What actions do to tensors. Subclass it for a new mode: `forward`, `backward`, `weight`, and the all-reduce buffer."
     grads, needs_data, source = True, True, 'measured'
@@ -114,7 +115,7 @@ class ComputeBackend:
         "Run F, B or W of `a` on what its receive brought; return what its sends carry."
         return self.forward(a, x) if a.kind == 'F' else self.backward(a, x) if a.kind == 'B' else self.weight(a)
 
-# %% ../nbs/06f_compute.ipynb #b61b32a4
+# %% ../nbs/06f_compute.ipynb #d4b7bb99
 @patch
 def forward(self:ComputeBackend, a:Action, x): "Run F of `a` on payload `x` (None on stage 0); return the payload to send on (None at the last stage)."; raise NotImplementedError
 @patch
@@ -128,7 +129,7 @@ def reduce_done(self:ComputeBackend, stage:int, buf): "Use the all-reduced `buf`
 @patch
 def evaluator(self:ComputeBackend, metric=None): "The forward-only backend for `evaluate`."; raise ValueError(f"{type(self).__name__} cannot evaluate")
 
-# %% ../nbs/06f_compute.ipynb #cf72fc6a
+# %% ../nbs/06f_compute.ipynb #9d9baf62
 @patch
 def loss_buffer(self:ComputeBackend) -> torch.Tensor:
     "What the step's end sums over every rank: the loss of each global micro-batch (zero where another rank computed it)."
@@ -147,13 +148,14 @@ def nonfinite(self:ComputeBackend) -> list:
 @patch
 def stats(self:ComputeBackend) -> dict: "Per-step numbers for `PipelineRuntime.stats`."; return dict(peak_saved_bytes=0)
 
-# %% ../nbs/06f_compute.ipynb #dc81532b
+# %% ../nbs/06f_compute.ipynb #590329dd
 class Stash(NamedTuple):
     "What F keeps for B: the input leaves and their spec, the output payload (None under recompute), the RNG state to replay."
     inputs: tuple
     outputs: object
     rng: object = None
 
+# %% ../nbs/06f_compute.ipynb #7e4992bf
 class ModuleCompute(ComputeBackend):
     "The real stage modules: autograd, split backward."
     def __init__(self, loss_fn:Callable|None): self.loss_fn = loss_fn
@@ -167,7 +169,7 @@ class ModuleCompute(ComputeBackend):
         super().begin(inputs, targets)
         self.stash, self.wstash, self.live, self.peak = {}, {}, {}, 0
 
-# %% ../nbs/06f_compute.ipynb #283ddeb3
+# %% ../nbs/06f_compute.ipynb #675badbb
 @patch
 def _item(self:ModuleCompute, xs:list, a:Action):
     "This rank's input or target of `a`'s micro-batch, on the device."
@@ -183,7 +185,7 @@ def _check_loss(loss):
                          f"got {type(loss).__name__} of shape {tuple(getattr(loss, 'shape', ()))}")
     return loss
 
-# %% ../nbs/06f_compute.ipynb #0d8f0b5c
+# %% ../nbs/06f_compute.ipynb #a7a6e425
 @patch
 def _run(self:ModuleCompute, a:Action, inputs:list, spec, rng=None):
     "Run stage `a.stage` on its input leaves under the micro-batch's RNG (or `rng` replayed); on the last stage return the loss."
@@ -195,7 +197,7 @@ def _run(self:ModuleCompute, a:Action, inputs:list, spec, rng=None):
         if a.stage < c.schedule.num_stages - 1: return y
         return _check_loss(self.loss_fn(y, self._item(self.targets, a)))
 
-# %% ../nbs/06f_compute.ipynb #89ca5810
+# %% ../nbs/06f_compute.ipynb #a32aa1d1
 @patch
 def _saving(self:ModuleCompute, a:Action, fn):
     "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
@@ -214,7 +216,7 @@ def _count(self:ModuleCompute, a:Action, nbytes:int):
 @patch
 def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 
-# %% ../nbs/06f_compute.ipynb #14220074
+# %% ../nbs/06f_compute.ipynb #25d71ebc
 @patch
 def forward(self:ModuleCompute, a, x):
     if a.stage == 0: x = self._item(self.inputs, a)
@@ -237,7 +239,7 @@ def _restore(self:ModuleCompute, a) -> tuple:
     s = self.stash.pop((a.stage, a.microbatch, a.pipe))
     return s.inputs[0], s.outputs
 
-# %% ../nbs/06f_compute.ipynb #6c5e74a4
+# %% ../nbs/06f_compute.ipynb #23de9e3f
 def _or_zeros(gs, xs): return [g if g is not None else torch.zeros_like(x) for g, x in zip(gs, xs)]
 
 @patch
@@ -251,7 +253,7 @@ def backward(self:ModuleCompute, a, grads):
     self.live.pop((a.stage, a.microbatch, a.pipe), None)
     return None if a.stage == 0 else _or_zeros([x.grad for x in xs], xs)
 
-# %% ../nbs/06f_compute.ipynb #2a1a1949
+# %% ../nbs/06f_compute.ipynb #baa401f9
 @patch
 def _input_grads(self:ModuleCompute, a, outs, gouts, xs):
     "B of a split backward: the input gradients now; what W needs is kept."
@@ -274,7 +276,7 @@ def weight(self:ModuleCompute, a):
     else: torch.autograd.backward(saved[0], saved[1], inputs=params)
     self.live.pop((a.stage, a.microbatch, a.pipe), None)
 
-# %% ../nbs/06f_compute.ipynb #3cfe1b22
+# %% ../nbs/06f_compute.ipynb #5656982a
 def _params(m:nn.Module) -> list: return [p for p in m.parameters() if p.requires_grad]
 
 @patch
@@ -289,7 +291,7 @@ def reduce_done(self:ModuleCompute, stage, buf):
         if p.grad is None: p.grad = g.clone()
         else: p.grad.copy_(g)
 
-# %% ../nbs/06f_compute.ipynb #b6ae038c
+# %% ../nbs/06f_compute.ipynb #94d868f1
 class RecomputeCompute(ModuleCompute):
     "`ModuleCompute` that keeps only F's inputs and recomputes the forward at B (the RNG replayed)."
     def _keep(self, a, leaves, spec):
@@ -308,7 +310,7 @@ class RecomputeCompute(ModuleCompute):
         (leaves, spec) = s.inputs
         return leaves, self._saving(a, lambda: self._run(a, leaves, spec, s.rng))
 
-# %% ../nbs/06f_compute.ipynb #194c939d
+# %% ../nbs/06f_compute.ipynb #834d2d48
 class EvalCompute(ModuleCompute):
     "Forward only, no graph: the payload on, or on the last stage the loss and the metric of the micro-batch."
     grads = False
@@ -324,7 +326,7 @@ class EvalCompute(ModuleCompute):
             self.record_loss(a, self.loss_fn(y, t))
             if self.metric is not None: self.metrics[c.global_index(a)] = float(self.metric(y, t))
 
-# %% ../nbs/06f_compute.ipynb #e6e3a5e1
+# %% ../nbs/06f_compute.ipynb #0108f830
 @patch
 def begin(self:EvalCompute, inputs, targets):
     super(EvalCompute, self).begin(inputs, targets)
@@ -341,14 +343,14 @@ def metric_total(self:EvalCompute): return self.buf[len(self.losses):].sum().ite
 @patch
 def evaluator(self:ModuleCompute, metric=None): return EvalCompute(self.loss_fn, metric).bind(self.ctx)
 
-# %% ../nbs/06f_compute.ipynb #34bb7c48
+# %% ../nbs/06f_compute.ipynb #6f698268
 def _sleep_until(deadline:float, spin:float=3e-4):
     "Sleep until `perf_counter()` reaches `deadline`: the OS sleep for all but the last `spin` seconds, then yield-spin."
     rem = deadline - time.perf_counter()
     if rem > spin: time.sleep(rem - spin)
     while time.perf_counter() < deadline: time.sleep(0)
 
-# %% ../nbs/06f_compute.ipynb #1afd086a
+# %% ../nbs/06f_compute.ipynb #b2fce0de
 class EmulatedCompute(ComputeBackend):
     "Sleeps for each action's modelled time; messages carry zeros of `shapes`; all-reduces last their modelled time."
     needs_data, source = False, 'emulated'
@@ -363,7 +365,7 @@ class EmulatedCompute(ComputeBackend):
     def begin(self, inputs, targets): super().begin(inputs, targets); self.stream_free = 0.0
     def output_loss(self): return 0.0
 
-# %% ../nbs/06f_compute.ipynb #69a5a9db
+# %% ../nbs/06f_compute.ipynb #b1386cac
 @patch
 def _zeros(self:EmulatedCompute, stage):
     "One zero tensor per boundary, reused (nothing writes to it; in-flight sends may share it)."
@@ -376,7 +378,7 @@ def run(self:EmulatedCompute, a, x):
     if a.kind == 'F': return None if a.stage == self.ctx.schedule.num_stages - 1 else self._zeros(a.stage + 1)
     if a.kind == 'B': return None if a.stage == 0 else [self._zeros(a.stage)]
 
-# %% ../nbs/06f_compute.ipynb #4e6e2352
+# %% ../nbs/06f_compute.ipynb #82635204
 @patch
 def reduce_buffer(self:EmulatedCompute, stage): return torch.tensor([time.perf_counter()], dtype=torch.float64), 'max'
 
@@ -387,13 +389,13 @@ def reduce_done(self:EmulatedCompute, stage, buf):
     self.stream_free = start + self.allreduce[stage]
     _sleep_until(self.stream_free)
 
-# %% ../nbs/06f_compute.ipynb #bd0cd02f
+# %% ../nbs/06f_compute.ipynb #927c11e6
 def make_compute(schedule:Schedule, loss_fn:Callable|None=None, emulate:Costs|None=None, shapes=(1,)) -> ComputeBackend:
     "The backend for a runtime's arguments: emulated when given costs, else the stage modules (recomputing if the schedule says)."
     if emulate is not None: return EmulatedCompute(emulate, schedule, shapes)
     return (RecomputeCompute if schedule.recompute else ModuleCompute)(loss_fn)
 
-# %% ../nbs/06f_compute.ipynb #07cbdf82
+# %% ../nbs/06f_compute.ipynb #783af1f1
 class HostClock:
     "Compute times from the host clock."
     def begin(self, device): pass
@@ -405,7 +407,7 @@ def make_clock(device:torch.device, trace:bool=True) -> HostClock:
     "CUDA events when tracing on a GPU, else the host clock."
     return CudaClock() if _cuda(device) and trace else HostClock()
 
-# %% ../nbs/06f_compute.ipynb #f6303d64
+# %% ../nbs/06f_compute.ipynb #05c4bf77
 class CudaClock(HostClock):
     "Compute times from CUDA events, read after the step (no host sync per action); the events are reused every step."
     def __init__(self): self.pool, self.used = [], 0
@@ -419,7 +421,7 @@ class CudaClock(HostClock):
     def start(self): return self._event()
     def stop(self, token): e = self._event(); self.marks.append((token, e)); return e
 
-# %% ../nbs/06f_compute.ipynb #4dd4f9fb
+# %% ../nbs/06f_compute.ipynb #0cf679ef
 @patch
 def resolve(self:CudaClock, events, t0):
     torch.cuda.synchronize(self.device)

@@ -27,6 +27,7 @@ def _describe_recv(ins, peer) -> str:
     user = Action('F' if m.kind == 'a' else 'B', m.stage, m.microbatch, m.pipe)
     return f"receiving the {'activation' if m.kind == 'a' else 'gradient'} {m!r} for {user.token()} from rank {peer(ins.peer)}"
 
+# %% ../nbs/06g_failures.ipynb #2a721a14
 _WORDS = {
     Compute: lambda i, p: f"action {i.action.token()}",
     Send: lambda i, p: f"sending {i.msg!r} (the output of {i.action.token()}) to rank {p(i.peer)}",
@@ -41,7 +42,7 @@ def describe(ins, schedule:Schedule|None=None, peer=lambda r: r) -> str:
     "What an instruction does, in words, for failure messages."
     return "the start of the step" if ins is None else _WORDS[type(ins)](ins, peer)
 
-# %% ../nbs/06g_failures.ipynb #005dc8fd
+# %% ../nbs/06g_failures.ipynb #8c96837b
 def failure_message(rank:int, # the global rank that stopped
                     what:str, # `describe` of the instruction it was at
                     err:Exception, # what it raised

@@ -91,12 +91,13 @@ class LeafMeta(NamedTuple):
     @classmethod
     def of(cls, t:torch.Tensor): return cls(tuple(t.shape), t.dtype, bool(t.requires_grad and t.is_floating_point()))
 
+# %% ../nbs/06d_payload.ipynb #ad34c16b
 def _itemsize(m:LeafMeta) -> int: return math.prod(m.shape) * torch.empty((), dtype=m.dtype).element_size()
 def _nbytes(m:LeafMeta) -> int:
     "Bytes of leaf `m`, rounded up to 8 so that every leaf of a packed message starts aligned for its dtype."
     return (_itemsize(m) + 7) // 8 * 8
 
-# %% ../nbs/06d_payload.ipynb #b11f7d59
+# %% ../nbs/06d_payload.ipynb #451665ef
 def pack(leaves:list) -> torch.Tensor:
     "One tensor carrying `leaves`: the tensor itself, or their bytes concatenated (each padded to 8 bytes)."
     if len(leaves) == 1: return leaves[0].detach().contiguous()
@@ -106,6 +107,7 @@ def pack(leaves:list) -> torch.Tensor:
         parts += [b, b.new_zeros((-b.numel()) % 8)]
     return torch.cat(parts)
 
+# %% ../nbs/06d_payload.ipynb #337bde4b
 def empty_message(metas:list, device) -> torch.Tensor:
     "A receive buffer for a message of `metas`."
     if len(metas) == 1: return torch.empty(metas[0].shape, dtype=metas[0].dtype, device=device)
@@ -119,7 +121,7 @@ def unpack(buf:torch.Tensor, metas:list) -> list:
         out.append(buf[i:i + _itemsize(m)].view(m.dtype).view(m.shape).detach().requires_grad_(m.grad)); i += _nbytes(m)
     return out
 
-# %% ../nbs/06d_payload.ipynb #a4e4944a
+# %% ../nbs/06d_payload.ipynb #8ccdff76
 HEADER_BYTES = 4096
 
 def encode_header(spec, metas:list) -> torch.Tensor:
@@ -133,13 +135,14 @@ def encode_header(spec, metas:list) -> torch.Tensor:
     out[4:4 + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return out
 
+# %% ../nbs/06d_payload.ipynb #a2e12ea6
 def decode_header(t:torch.Tensor) -> tuple:
     "(spec, metas) from `encode_header`'s tensor."
     b = bytes(t.cpu().tolist())
     spec, leaves = pickle.loads(b[4:4 + int.from_bytes(b[:4], 'little')])
     return spec, [LeafMeta(tuple(s), getattr(torch, d), g) for s, d, g in leaves]
 
-# %% ../nbs/06d_payload.ipynb #31538bc3
+# %% ../nbs/06d_payload.ipynb #07f0358a
 class Shapes:
     "Per rank: signature ids of micro-batch inputs, and the message leaves each link has carried per (stage, signature)."
     def __init__(self): self.ids, self.known, self.sent, self.told = {}, {}, {}, set()
@@ -160,7 +163,7 @@ class Shapes:
         "Record the header `src` sent for activations into `stage` with signature `sig`."
         self.known[(src, stage, sig)] = decode_header(header)
 
-# %% ../nbs/06d_payload.ipynb #5cbe733b
+# %% ../nbs/06d_payload.ipynb #50d8fb98
 from fastcore.basics import patch
 
 @patch
@@ -178,6 +181,7 @@ def outgoing(self:Shapes, stage:int, sig, out, peer:int, token:str='') -> tuple:
     self.told.add((peer, key))
     return leaves, encode_header(spec, metas)
 
+# %% ../nbs/06d_payload.ipynb #0c80b9c7
 @patch
 def payload(self:Shapes, kind:str, stage:int, src:int, sig, buf:torch.Tensor):
     "The received message in `buf`: an activation payload, or the list of gradient leaves."

@@ -42,7 +42,7 @@ class PendingSend(NamedTuple):
     work: object
     buf: torch.Tensor
 
-# %% ../nbs/06_runtime.ipynb #5bf209e0
+# %% ../nbs/06_runtime.ipynb #3eee08fd
 @dataclass
 class Inbound:
     "The receives of one step: what each peer sends, in order, and how far posting has got."
@@ -54,7 +54,7 @@ class Inbound:
     upto: int = 0                                   # instructions scanned for receives
     local: dict = field(default_factory=dict)       # Msg -> payload handed over on this rank
 
-# %% ../nbs/06_runtime.ipynb #3a763ddc
+# %% ../nbs/06_runtime.ipynb #7b6bbbf2
 @dataclass
 class StepState:
     "What one step keeps, from its first instruction to its last."
@@ -74,7 +74,7 @@ class StepState:
     timing: dict = field(default_factory=lambda: dict(compute=0.0, recv_wait=0.0, send_wait=0.0))
     loss: float = float('nan')
 
-# %% ../nbs/06_runtime.ipynb #03b6d02e
+# %% ../nbs/06_runtime.ipynb #81ff4447
 def resolve_sync(sync:str, # a policy of SYNC_POLICIES, or 'auto'
                  device, # the runtime's torch.device
                  emulated:bool=False, # emulated compute (sleeps)
@@ -82,7 +82,7 @@ def resolve_sync(sync:str, # a policy of SYNC_POLICIES, or 'auto'
     "The gradient all-reduce policy to run: `sync`, or for 'auto' 'eager' on CUDA and for emulated compute, else 'end'."
     return sync if sync != 'auto' else 'eager' if emulated else ComputeBackend().auto_sync(torch.device(device))
 
-# %% ../nbs/06_runtime.ipynb #a76bc28a
+# %% ../nbs/06_runtime.ipynb #de3fac32
 class PipelineRuntime:
     "Executes the lowered program of any `Schedule`: P2P, gradient sync over replicas and data-parallel ranks, tracing."
     def __init__(self,
@@ -123,7 +123,17 @@ class PipelineRuntime:
         self.step_count, self.timeline, self.stats, self.failed = 0, None, {}, None
         self._setup()
 
-# %% ../nbs/06_runtime.ipynb #93522f20
+# %% ../nbs/06_runtime.ipynb #832ceebf
+@patch
+def _wait(self:PipelineRuntime, work, what:str):
+    "Wait for `work`, bounded by the timeout; a failure becomes a `CommError` saying what was awaited."
+    try: self.comm.wait(work, self.timeout)
+    except Exception as e: raise CommError(what) from e
+
+@patch
+def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
+
+# %% ../nbs/06_runtime.ipynb #4eb97ea1
 def _positive(name:str, v, kind=numbers.Real, finite:bool=True, what:str='a positive number'):
     "Raise unless `v` is a positive `kind` (not a bool), finite if asked."
     if isinstance(v, bool) or not isinstance(v, kind) or not v > 0 or (finite and not v < math.inf):
@@ -140,13 +150,14 @@ def _check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed
     if emulate is not None and not isinstance(emulate, Costs): raise TypeError(f"emulate must be a Costs, got {type(emulate).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)): raise TypeError(f"seed must be an int or None, got {seed!r}")
 
-# %% ../nbs/06_runtime.ipynb #57de6c28
+# %% ../nbs/06_runtime.ipynb #a250b77d
 def _pick_device(device) -> torch.device:
     "`device`, or cuda:LOCAL_RANK when the process group is NCCL, else the CPU."
     if device is not None: return torch.device(device)
     nccl = getattr(threading.current_thread(), 'chimera_comm', None) is None and dist.is_available() and dist.is_initialized() and dist.get_backend() == 'nccl'
     return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}" if nccl else 'cpu')
 
+# %% ../nbs/06_runtime.ipynb #3e89fea7
 @patch
 def _own_stages(self:PipelineRuntime, stages) -> dict:
     "This rank's {stage: module}, from a dict of them or the list of all stages; checked against the placement."
@@ -161,7 +172,7 @@ def _own_stages(self:PipelineRuntime, stages) -> dict:
     out = {i: stages[i].to(self.device) for i in mine}
     return out
 
-# %% ../nbs/06_runtime.ipynb #6a90393b
+# %% ../nbs/06_runtime.ipynb #01aff776
 def _all_stages(stages:list, s:Schedule) -> list:
     if len(stages) != s.num_stages:
         raise ValueError(f"schedule {s.name} has {s.num_stages} stages but {len(stages)} stage modules were given "
@@ -169,26 +180,7 @@ def _all_stages(stages:list, s:Schedule) -> list:
     if not all(isinstance(m, nn.Module) for m in stages): raise TypeError("every stage must be a torch.nn.Module")
     return stages
 
-# %% ../nbs/06_runtime.ipynb #85915813
-@patch
-def _setup(self:PipelineRuntime):
-    old = self.comm.reports()
-    if old:
-        raise PipelineFailure(f"rank {self.rank}: a step already failed in this process group ({old[0]}); its "
-                              f"connections are closed: restart the processes (launch_local, torchrun, srun) and resume "
-                              f"from a checkpoint")
-    s, D, W = self.schedule, self.D, self.W
-    if self.world != W * D:
-        raise ValueError(f"schedule {s.name} has D={D} ranks and dp_width W={W}, so it needs "
-                         f"W×D = {W * D} processes; the world has {self.world}")
-    fp = (s.to_text(), W, self.program.sync, self.seed is None, type(self.compute).__name__, type(self.comm).__name__, sorted(self.ties.items()))
-    self.world_control = self.comm.group(list(range(self.world)), control=True)  # small CPU collectives over every rank
-    self._check_peers(zlib.crc32(repr(fp).encode()))
-    self._make_groups()
-    self._make_ties()
-    self._broadcast_weights()
-
-# %% ../nbs/06_runtime.ipynb #941a7782
+# %% ../nbs/06_runtime.ipynb #d08c9143
 @patch
 def _check_peers(self:PipelineRuntime, fingerprint:int):
     mine = torch.tensor([fingerprint], dtype=torch.int64)
@@ -199,7 +191,7 @@ def _check_peers(self:PipelineRuntime, fingerprint:int):
         raise ValueError(f"rank {self.rank}: ranks {bad} run a different schedule, data-parallel width, sync policy, "
                          f"seed, emulation or communication than rank {self.rank}: every rank must build the same PipelineRuntime")
 
-# %% ../nbs/06_runtime.ipynb #2bc3bd25
+# %% ../nbs/06_runtime.ipynb #bc74dc0a
 @patch
 def _make_groups(self:PipelineRuntime):
     "A group per stage over its replicas, one per replica's pipeline, and channels where the transport has them."
@@ -214,7 +206,7 @@ def _make_groups(self:PipelineRuntime):
     if isinstance(self.comm, ChannelComm):
         self.comm.make_channels({(w * D + src, w * D + dst) for w in range(W) for dst in range(D) for src in self.program.incoming(dst)})
 
-# %% ../nbs/06_runtime.ipynb #b14176d6
+# %% ../nbs/06_runtime.ipynb #f33ec234
 @patch
 def _broadcast_weights(self:PipelineRuntime):
     works = []
@@ -232,7 +224,7 @@ def parameters(self:PipelineRuntime):
         for p in m.parameters():
             if id(p) not in seen: seen.add(id(p)); yield p
 
-# %% ../nbs/06_runtime.ipynb #8ccd6545
+# %% ../nbs/06_runtime.ipynb #4b9d27d3
 @patch
 def _make_ties(self:PipelineRuntime):
     "One group per tie over every rank holding one of its copies; the copies this rank holds."
@@ -252,7 +244,7 @@ def _make_ties(self:PipelineRuntime):
         if local: self.tie_groups[key] = (g, ranks, reps.pop(), local)
         self._tie_skip |= {id(self.stages[st].get_parameter(n)) for st, n in places[1:] if st in self.stages and (st, n) != places[0]}
 
-# %% ../nbs/06_runtime.ipynb #fe9f336f
+# %% ../nbs/06_runtime.ipynb #40e4e6f8
 @patch
 def _sum_ties(self:PipelineRuntime):
     "Every tied copy gets the sum of all copies' gradients (each already summed over its stage's replicas)."
@@ -263,6 +255,7 @@ def _sum_ties(self:PipelineRuntime):
             buf /= reps  # each rank's sum counts its stages once per replica
         for p in local: p.grad = buf.clone()
 
+# %% ../nbs/06_runtime.ipynb #02ba0178
 @patch
 def all_gather_floats(self:PipelineRuntime, values:Sequence[float]) -> list:
     "Every rank's `values` (the same count on every rank), by rank: a small bounded CPU collective for metrics and decisions."
@@ -271,7 +264,26 @@ def all_gather_floats(self:PipelineRuntime, values:Sequence[float]) -> list:
     self._wait(self.comm.all_gather(outs, t, self.world_control), "gathering small values from every rank")
     return [o.tolist() for o in outs]
 
-# %% ../nbs/06_runtime.ipynb #63d91626
+# %% ../nbs/06_runtime.ipynb #70a14cd6
+@patch
+def _setup(self:PipelineRuntime):
+    old = self.comm.reports()
+    if old:
+        raise PipelineFailure(f"rank {self.rank}: a step already failed in this process group ({old[0]}); its "
+                              f"connections are closed: restart the processes (launch_local, torchrun, srun) and resume "
+                              f"from a checkpoint")
+    s, D, W = self.schedule, self.D, self.W
+    if self.world != W * D:
+        raise ValueError(f"schedule {s.name} has D={D} ranks and dp_width W={W}, so it needs "
+                         f"W×D = {W * D} processes; the world has {self.world}")
+    fp = (s.to_text(), W, self.program.sync, self.seed is None, type(self.compute).__name__, type(self.comm).__name__, sorted(self.ties.items()))
+    self.world_control = self.comm.group(list(range(self.world)), control=True)  # small CPU collectives over every rank
+    self._check_peers(zlib.crc32(repr(fp).encode()))
+    self._make_groups()
+    self._make_ties()
+    self._broadcast_weights()
+
+# %% ../nbs/06_runtime.ipynb #247372c4
 @patch
 def step(self:PipelineRuntime,
          inputs=None, # this replica's N micro-batch payloads (a list), or one batch payload to split in N (stage-0 ranks)
@@ -290,12 +302,21 @@ def step(self:PipelineRuntime,
     self.step_count += 1
     return st.loss
 
-# %% ../nbs/06_runtime.ipynb #9f4abf88
+# %% ../nbs/06_runtime.ipynb #f8e0cdf6
+@patch
+def _incoming(self:PipelineRuntime, program:Program) -> dict:
+    "{peer: [Msg]} in each peer's send order for `program` (computed once per program)."
+    cache = self.__dict__.setdefault('_incoming_cache', {})
+    if id(program) not in cache: cache[id(program)] = program.incoming(self.prank)
+    return cache[id(program)]
+
+# %% ../nbs/06_runtime.ipynb #fe1e04be
 @patch
 def _check_alive(self:PipelineRuntime):
     if self.failed: raise PipelineFailure(f"rank {self.rank}: this runtime already failed ({self.failed}); restart the "
                                           f"processes (launch_local, torchrun, srun) and resume from a checkpoint")
 
+# %% ../nbs/06_runtime.ipynb #e4128156
 @patch
 def _start(self:PipelineRuntime, program:Program, compute:ComputeBackend, inputs, targets, optimizer=None, max_norm=None) -> StepState:
     "Check and split the inputs, start the compute backend and the step's state."
@@ -307,18 +328,7 @@ def _start(self:PipelineRuntime, program:Program, compute:ComputeBackend, inputs
     self.clock.begin(self.device)
     return StepState(program[self.prank], Inbound(self._incoming(program)), compute, time.perf_counter(), time.time(), optimizer, max_norm)
 
-# %% ../nbs/06_runtime.ipynb #2c18944c
-@patch
-def _incoming(self:PipelineRuntime, program:Program) -> dict:
-    "{peer: [Msg]} in each peer's send order for `program` (computed once per program)."
-    cache = self.__dict__.setdefault('_incoming_cache', {})
-    if id(program) not in cache: cache[id(program)] = program.incoming(self.prank)
-    return cache[id(program)]
-
-@patch
-def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
-
-# %% ../nbs/06_runtime.ipynb #d05b43d7
+# %% ../nbs/06_runtime.ipynb #e81352eb
 @patch
 def _run_program(self:PipelineRuntime, st:StepState):
     "Announce the micro-batches' shapes, then run the program: post receives ahead, run each instruction's handler."
@@ -332,7 +342,7 @@ def _run_program(self:PipelineRuntime, st:StepState):
     except (NonFiniteLossError, PipelineFailure): raise
     except Exception as e: raise self._fail(ins, e) from e
 
-# %% ../nbs/06_runtime.ipynb #ce250660
+# %% ../nbs/06_runtime.ipynb #80af8154
 @patch
 def _announce(self:PipelineRuntime, st:StepState):
     "Every micro-batch's signature id, from this replica's stage-0 rank."
@@ -346,7 +356,22 @@ def _announce(self:PipelineRuntime, st:StepState):
 @patch
 def _sig(self:PipelineRuntime, m:Msg, st:StepState): return st.sig[self.schedule.global_microbatch(m.pipe, m.microbatch)]
 
-# %% ../nbs/06_runtime.ipynb #a1efde7f
+# %% ../nbs/06_runtime.ipynb #2751803f
+@patch
+def _post(self:PipelineRuntime, m:Msg, src:int, st:StepState) -> bool:
+    "Post the receive of `m` from pipeline rank `src` (its header's, if its shapes are new on this link); False if not yet possible."
+    metas, g, tag = self.shapes.incoming(m.kind, m.stage, src, self._sig(m, st)), self._global(src), 2 * m.tag(self.schedule)
+    if metas is not None:
+        buf = empty_message(metas, self.device)
+        st.inbound.posted[m] = PendingRecv(m, src, self.comm.irecv(buf, g, tag), buf, None)
+        return True
+    if m.kind == 'g': return False  # this rank has not sent the activation yet, so it cannot size the gradient
+    hbuf = torch.empty(HEADER_BYTES, dtype=torch.uint8)
+    st.inbound.posted[m] = PendingRecv(m, src, None, None, (self.comm.header_recv(hbuf, g, tag + 1), hbuf))
+    st.inbound.held[src] = m
+    return True
+
+# %% ../nbs/06_runtime.ipynb #83408905
 @patch
 def _post_ahead(self:PipelineRuntime, i:int, st:StepState):
     inb, prog = st.inbound, st.program
@@ -368,22 +393,33 @@ def _post_from(self:PipelineRuntime, src:int, m:Msg, st:StepState) -> bool:
         inb.next_in[src] = k + 1
     return True
 
-# %% ../nbs/06_runtime.ipynb #2dac5661
+# %% ../nbs/06_runtime.ipynb #2ab8c5e8
 @patch
-def _post(self:PipelineRuntime, m:Msg, src:int, st:StepState) -> bool:
-    "Post the receive of `m` from pipeline rank `src` (its header's, if its shapes are new on this link); False if not yet possible."
-    metas, g, tag = self.shapes.incoming(m.kind, m.stage, src, self._sig(m, st)), self._global(src), 2 * m.tag(self.schedule)
-    if metas is not None:
-        buf = empty_message(metas, self.device)
-        st.inbound.posted[m] = PendingRecv(m, src, self.comm.irecv(buf, g, tag), buf, None)
-        return True
-    if m.kind == 'g': return False  # this rank has not sent the activation yet, so it cannot size the gradient
-    hbuf = torch.empty(HEADER_BYTES, dtype=torch.uint8)
-    st.inbound.posted[m] = PendingRecv(m, src, None, None, (self.comm.header_recv(hbuf, g, tag + 1), hbuf))
-    st.inbound.held[src] = m
-    return True
+def _compute(self:PipelineRuntime, ins:Compute, st:StepState):
+    a, x, st.inbox = ins.action, st.inbox, None
+    t = time.perf_counter()
+    with self.comm.compute_turn():
+        tok = self.clock.start()
+        out = st.compute.run(a, x)
+        self.clock.stop(tok)
+    te = time.perf_counter()
+    st.timing['compute'] += te - t
+    st.events.append(Event(self.prank, a.kind, a.stage, a.microbatch, a.pipe, t - st.t0, te - st.t0))
+    if out is not None: st.outputs[a] = out
 
-# %% ../nbs/06_runtime.ipynb #20838115
+# %% ../nbs/06_runtime.ipynb #972938a5
+@patch
+def _send(self:PipelineRuntime, ins:Send, st:StepState):
+    m, out = ins.msg, st.outputs.pop(ins.action)
+    if ins.peer == self.prank: st.inbound.local[m] = out; return
+    dst, tag = self._global(ins.peer), 2 * m.tag(self.schedule)
+    header = None
+    if m.kind == 'a': out, header = self.shapes.outgoing(m.stage, self._sig(m, st), out, ins.peer, ins.action.token())
+    if header is not None: st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.header_send(header, dst, tag + 1), header))
+    buf = pack(out)
+    st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.isend(buf, dst, tag), buf))
+
+# %% ../nbs/06_runtime.ipynb #8fd138ca
 @patch
 def _recv(self:PipelineRuntime, ins:Recv, st:StepState):
     m, inb = ins.msg, st.inbound
@@ -407,33 +443,7 @@ def _read_header(self:PipelineRuntime, p:PendingRecv, sig, st:StepState) -> Pend
     del st.inbound.held[p.src]
     return p._replace(work=self.comm.irecv(buf, self._global(p.src), 2 * p.msg.tag(self.schedule)), buf=buf, header=None)
 
-# %% ../nbs/06_runtime.ipynb #bf17f3fd
-@patch
-def _compute(self:PipelineRuntime, ins:Compute, st:StepState):
-    a, x, st.inbox = ins.action, st.inbox, None
-    t = time.perf_counter()
-    with self.comm.compute_turn():
-        tok = self.clock.start()
-        out = st.compute.run(a, x)
-        self.clock.stop(tok)
-    te = time.perf_counter()
-    st.timing['compute'] += te - t
-    st.events.append(Event(self.prank, a.kind, a.stage, a.microbatch, a.pipe, t - st.t0, te - st.t0))
-    if out is not None: st.outputs[a] = out
-
-# %% ../nbs/06_runtime.ipynb #d260a4e5
-@patch
-def _send(self:PipelineRuntime, ins:Send, st:StepState):
-    m, out = ins.msg, st.outputs.pop(ins.action)
-    if ins.peer == self.prank: st.inbound.local[m] = out; return
-    dst, tag = self._global(ins.peer), 2 * m.tag(self.schedule)
-    header = None
-    if m.kind == 'a': out, header = self.shapes.outgoing(m.stage, self._sig(m, st), out, ins.peer, ins.action.token())
-    if header is not None: st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.header_send(header, dst, tag + 1), header))
-    buf = pack(out)
-    st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.isend(buf, dst, tag), buf))
-
-# %% ../nbs/06_runtime.ipynb #2dbd9691
+# %% ../nbs/06_runtime.ipynb #524cb259
 @patch
 def _reduce_start(self:PipelineRuntime, ins:ReduceStart, st:StepState):
     buf, op = st.compute.reduce_buffer(ins.stage)
@@ -446,7 +456,7 @@ def _reduce_wait(self:PipelineRuntime, ins:ReduceWait, st:StepState):
     st.compute.reduce_done(ins.stage, buf)
     st.events.append(Event(self.prank, 'AR', ins.stage, -1, -1, start, time.perf_counter() - st.t0))
 
-# %% ../nbs/06_runtime.ipynb #31828888
+# %% ../nbs/06_runtime.ipynb #3028ba8d
 @patch
 def _reduce_loss(self:PipelineRuntime, ins, st:StepState):
     t = time.perf_counter()
@@ -467,7 +477,7 @@ def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     if st.max_norm is not None: clip_grad_norm_(self, st.max_norm)
     if st.optimizer is not None: st.optimizer.step()
 
-# %% ../nbs/06_runtime.ipynb #d7d09db9
+# %% ../nbs/06_runtime.ipynb #81487a06
 @patch
 def _record(self:PipelineRuntime, st:StepState):
     "The step's numbers in `stats`; with `trace`, its gathered `Timeline`."
@@ -479,7 +489,37 @@ _HANDLERS = {Recv: PipelineRuntime._recv, Compute: PipelineRuntime._compute, Sen
              ReduceStart: PipelineRuntime._reduce_start, ReduceWait: PipelineRuntime._reduce_wait,
              OptimizerStep: PipelineRuntime._optimizer_step, ReduceLoss: PipelineRuntime._reduce_loss}
 
-# %% ../nbs/06_runtime.ipynb #a84f2912
+# %% ../nbs/06_runtime.ipynb #6a193cb4
+_KIND_CODE = {'F': 0, 'B': 1, 'W': 2, 'AR': 3}
+_CODE_KIND = {v: k for k, v in _KIND_CODE.items()}
+
+@patch
+def _event_rows(self:PipelineRuntime, st:StepState, end:float) -> torch.Tensor:
+    "This rank's step as a float64 tensor: a row of totals, then one row per event (padded to the longest program)."
+    events = self.clock.resolve(st.events, st.t0)
+    n = max(sum(1 for i in p if type(i) in (Compute, ReduceStart)) for p in self.program.ranks)
+    host, t = zlib.crc32(socket.gethostname().encode()), st.timing
+    rows = torch.full((n + 1, 8), -1.0, dtype=torch.float64)
+    rows[0] = torch.tensor([st.t0, st.wall0, host, t['compute'], t['recv_wait'], t['send_wait'], end, len(events)], dtype=torch.float64)
+    if events: rows[1:1 + len(events)] = torch.tensor([[e.rank, _KIND_CODE[e.kind], e.stage, e.microbatch, e.pipe, e.start, e.end, -1] for e in events], dtype=torch.float64)
+    return rows
+
+# %% ../nbs/06_runtime.ipynb #36e4d00e
+@patch
+def _gather(self:PipelineRuntime, st:StepState, end:float) -> Timeline:
+    rows = self._event_rows(st, end)
+    allv = [torch.empty_like(rows) for _ in range(self.D)]
+    self._wait(self.comm.all_gather(allv, rows, self.pipe_group), "gathering the step's timeline")
+    one_node = len({int(v[0, 2]) for v in allv}) == 1
+    t0 = [v[0, 0 if one_node else 1].item() for v in allv]
+    ref = min(t0)
+    evs = [Event(int(r[0]), _CODE_KIND[int(r[1])], int(r[2]), int(r[3]), int(r[4]), r[5] + off - ref, r[6] + off - ref)
+           for v, off in zip(allv, t0) for r in v[1:1 + int(v[0, 7])].tolist()]
+    stats = [dict(compute=v[0, 3].item(), recv_wait=v[0, 4].item(), send_wait=v[0, 5].item(), step=v[0, 6].item()) for v in allv]
+    return Timeline.from_schedule(self.schedule, evs, source=st.compute.source, step=self.step_count, dp_rank=self.dp_rank,
+                                  dp_width=self.W, rank_stats=stats, sync=self.program.sync)
+
+# %% ../nbs/06_runtime.ipynb #76674c2f
 def clip_grad_norm_(rt:PipelineRuntime, # a runtime after `step` (gradients synchronised)
                     max_norm:float, # the largest global gradient norm allowed
                     eps:float=1e-6, # as in torch.nn.utils.clip_grad_norm_
@@ -500,42 +540,13 @@ def clip_grad_norm_(rt:PipelineRuntime, # a runtime after `step` (gradients sync
             if p.grad is not None: p.grad.mul_(coef)
     return total
 
-# %% ../nbs/06_runtime.ipynb #55543fac
-_KIND_CODE = {'F': 0, 'B': 1, 'W': 2, 'AR': 3}
-_CODE_KIND = {v: k for k, v in _KIND_CODE.items()}
-
-@patch
-def _event_rows(self:PipelineRuntime, st:StepState, end:float) -> torch.Tensor:
-    "This rank's step as a float64 tensor: a row of totals, then one row per event (padded to the longest program)."
-    events = self.clock.resolve(st.events, st.t0)
-    n = max(sum(1 for i in p if type(i) in (Compute, ReduceStart)) for p in self.program.ranks)
-    host, t = zlib.crc32(socket.gethostname().encode()), st.timing
-    rows = torch.full((n + 1, 8), -1.0, dtype=torch.float64)
-    rows[0] = torch.tensor([st.t0, st.wall0, host, t['compute'], t['recv_wait'], t['send_wait'], end, len(events)], dtype=torch.float64)
-    if events: rows[1:1 + len(events)] = torch.tensor([[e.rank, _KIND_CODE[e.kind], e.stage, e.microbatch, e.pipe, e.start, e.end, -1] for e in events], dtype=torch.float64)
-    return rows
-
-# %% ../nbs/06_runtime.ipynb #ff04f179
-@patch
-def _gather(self:PipelineRuntime, st:StepState, end:float) -> Timeline:
-    rows = self._event_rows(st, end)
-    allv = [torch.empty_like(rows) for _ in range(self.D)]
-    self._wait(self.comm.all_gather(allv, rows, self.pipe_group), "gathering the step's timeline")
-    one_node = len({int(v[0, 2]) for v in allv}) == 1
-    t0 = [v[0, 0 if one_node else 1].item() for v in allv]
-    ref = min(t0)
-    evs = [Event(int(r[0]), _CODE_KIND[int(r[1])], int(r[2]), int(r[3]), int(r[4]), r[5] + off - ref, r[6] + off - ref)
-           for v, off in zip(allv, t0) for r in v[1:1 + int(v[0, 7])].tolist()]
-    stats = [dict(compute=v[0, 3].item(), recv_wait=v[0, 4].item(), send_wait=v[0, 5].item(), step=v[0, 6].item()) for v in allv]
-    return Timeline.from_schedule(self.schedule, evs, source=st.compute.source, step=self.step_count, dp_rank=self.dp_rank,
-                                  dp_width=self.W, rank_stats=stats, sync=self.program.sync)
-
-# %% ../nbs/06_runtime.ipynb #e56f32cb
+# %% ../nbs/06_runtime.ipynb #1e460e89
 class EvalResult(NamedTuple):
     "What `evaluate` returns: the mean loss over the global batch, and the metric summed over it (None without one)."
     loss: float
     metric: float|None
 
+# %% ../nbs/06_runtime.ipynb #1e2c0f57
 @patch
 def evaluate(self:PipelineRuntime,
              inputs=None, # as for `step`
@@ -556,13 +567,7 @@ def evaluate(self:PipelineRuntime,
 PipelineRuntime._eval_program = cached_property(lambda self: lower(self.schedule.forwards(), self.program.sync, self.W))
 PipelineRuntime._eval_program.__set_name__(PipelineRuntime, '_eval_program')
 
-# %% ../nbs/06_runtime.ipynb #24d7e226
-@patch
-def _wait(self:PipelineRuntime, work, what:str):
-    "Wait for `work`, bounded by the timeout; a failure becomes a `CommError` saying what was awaited."
-    try: self.comm.wait(work, self.timeout)
-    except Exception as e: raise CommError(what) from e
-
+# %% ../nbs/06_runtime.ipynb #93bd79d0
 @patch
 def _fail(self:PipelineRuntime, ins, err:Exception) -> PipelineFailure:
     "The `PipelineFailure` for `err` at `ins`: a peer's failure (quoting the board) or this rank's own (reported)."
