@@ -87,19 +87,20 @@ def header_send(self:TorchComm, t, dst, tag):
 def header_recv(self:TorchComm, t, src, tag):
     return self.pg.recv([t], src, tag) if self.control is None else dist.irecv(t, src, group=self.control, tag=tag)
 
-# %% ../nbs/06e_comm.ipynb #4a0f1078
+# %% ../nbs/06e_comm.ipynb #6875bb43
 _PAIR_TAG = 1 << 30  # above every message tag of a step
 
 class _PairSum:
-    "The sum of `t` over two ranks by exchange (gloo p2p); the addition happens at the first wait."
-    def __init__(self, pg, t, peer:int, tag:int):
-        self.t, self.other = t, torch.empty_like(t)
+    "The sum (or max) of `t` over two ranks by exchange (gloo p2p); the combination happens at the first wait."
+    def __init__(self, pg, t, peer:int, tag:int, op:str='sum'):
+        self.t, self.other, self.op = t, torch.empty_like(t), op
         self.works = [pg.recv([self.other], peer, tag), pg.send([t], peer, tag)]
     def wait(self, timeout=None):
         if self.works is None: return True
         for w in self.works: w.wait(timeout) if timeout is not None else w.wait()
         self.works = None
-        self.t.add_(self.other)
+        if self.op == 'max': torch.maximum(self.t, self.other, out=self.t)
+        else: self.t.add_(self.other)
         return True
     def is_completed(self): return self.works is None or all(w.is_completed() for w in self.works)
 
@@ -115,9 +116,9 @@ def group(self:TorchComm, ranks, control=False):
 @patch
 def all_reduce(self:TorchComm, t, group, op='sum'):
     pair = self.__dict__.get('pairs', {}).get(group)
-    if pair is not None and op == 'sum' and self.control is None and t.device.type == 'cpu':
+    if pair is not None and self.control is None and t.device.type == 'cpu':
         (a, b), tag = pair
-        return _PairSum(self.pg, t, b if a == self.rank else a, tag)
+        return _PairSum(self.pg, t, b if a == self.rank else a, tag, op)
     return dist.all_reduce(t, op=dist.ReduceOp.MAX if op == 'max' else dist.ReduceOp.SUM, group=group, async_op=True)
 
 # %% ../nbs/06e_comm.ipynb #a9007220

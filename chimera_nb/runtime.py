@@ -336,7 +336,7 @@ def _run_program(self:PipelineRuntime, st:StepState):
     try:
         self._announce(st)
         for i, ins in enumerate(st.program):
-            self._post_ahead(i, st)
+            if type(ins) is Recv: self._post_ahead(i, st)   # posting costs a call: do it where a wait may follow anyway
             if hook is not None: hook(self, ins)
             handlers[type(ins)](self, ins, st)
     except (NonFiniteLossError, PipelineFailure): raise
