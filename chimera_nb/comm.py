@@ -87,41 +87,15 @@ def header_send(self:TorchComm, t, dst, tag):
 def header_recv(self:TorchComm, t, src, tag):
     return self.pg.recv([t], src, tag) if self.control is None else dist.irecv(t, src, group=self.control, tag=tag)
 
-# %% ../nbs/06e_comm.ipynb #6875bb43
-_PAIR_TAG = 1 << 30  # above every message tag of a step
-
-class _PairSum:
-    "The sum (or max) of `t` over two ranks by exchange (gloo p2p); the combination happens at the first wait."
-    def __init__(self, pg, t, peer:int, tag:int, op:str='sum'):
-        self.t, self.other, self.op = t, torch.empty_like(t), op
-        self.works = [pg.recv([self.other], peer, tag), pg.send([t], peer, tag)]
-    def wait(self, timeout=None):
-        if self.works is None: return True
-        for w in self.works: w.wait(timeout) if timeout is not None else w.wait()
-        self.works = None
-        if self.op == 'max': torch.maximum(self.t, self.other, out=self.t)
-        else: self.t.add_(self.other)
-        return True
-    def is_completed(self): return self.works is None or all(w.is_completed() for w in self.works)
-
-# %% ../nbs/06e_comm.ipynb #b9ea1540
+# %% ../nbs/06e_comm.ipynb #aaaa460d
 @patch
 def group(self:TorchComm, ranks, control=False):
-    "A new group over `ranks`; two-rank gloo groups are remembered, so their sums can be exchanges."
-    g = dist.new_group(sorted(ranks), backend='gloo' if control and self.control is not None else None)
-    pairs = self.__dict__.setdefault('pairs', {})
-    if len(ranks) == 2 and self.rank in ranks and not control: pairs[g] = (sorted(ranks), _PAIR_TAG + len(pairs))
-    return g
-
+    return dist.new_group(sorted(ranks), backend='gloo' if control and self.control is not None else None)
 @patch
 def all_reduce(self:TorchComm, t, group, op='sum'):
-    pair = self.__dict__.get('pairs', {}).get(group)
-    if pair is not None and self.control is None and t.device.type == 'cpu':
-        (a, b), tag = pair
-        return _PairSum(self.pg, t, b if a == self.rank else a, tag, op)
     return dist.all_reduce(t, op=dist.ReduceOp.MAX if op == 'max' else dist.ReduceOp.SUM, group=group, async_op=True)
 
-# %% ../nbs/06e_comm.ipynb #a9007220
+# %% ../nbs/06e_comm.ipynb #49a519fc
 @patch
 def broadcast(self:TorchComm, t, src, group): return dist.broadcast(t, src, group=group, async_op=True)
 @patch
@@ -133,7 +107,7 @@ def report(self:TorchComm, message): report_failure(self.store, message)
 @patch
 def reports(self:TorchComm, wait=0.0): return read_failures(self.store, wait) if self.store is not None else []
 
-# %% ../nbs/06e_comm.ipynb #4e710709
+# %% ../nbs/06e_comm.ipynb #484d9ad3
 class ChannelComm(TorchComm):
     "`TorchComm` with one group per direction of each communicating pair, messages matched by order."
     def make_channels(self, pairs:list):
@@ -146,7 +120,7 @@ class ChannelComm(TorchComm):
     def isend(self, t, dst, tag): return dist.isend(t, dst, group=self.channels[(self.rank, dst)], tag=0)
     def irecv(self, t, src, tag): return dist.irecv(t, src, group=self.channels[(src, self.rank)], tag=0)
 
-# %% ../nbs/06e_comm.ipynb #e81dd29d
+# %% ../nbs/06e_comm.ipynb #6e9984b7
 class _ThreadWork:
     "A work item of `ThreadComm`: `fn(timeout)` does (or finishes) the operation when waited on."
     def __init__(self, fn=None, ready=None): self.fn, self.ready = fn, ready
@@ -165,7 +139,7 @@ class ThreadWorld:
             if not self.cond.wait_for(lambda: pred() or self.board, timeout): raise TimeoutError(f"{what}: nothing after {timeout}s")
             if not pred(): raise ConnectionAbortedError(f"{what}: abandoned, a rank failed")
 
-# %% ../nbs/06e_comm.ipynb #29711e8e
+# %% ../nbs/06e_comm.ipynb #904437da
 class ThreadComm(Comm):
     "Communication between threads of one process (see `run_threads`)."
     def __init__(self, world:ThreadWorld, rank:int):
@@ -177,7 +151,7 @@ class ThreadComm(Comm):
     def wait(self, work, timeout):
         if work.fn is not None: fn, work.fn = work.fn, None; fn(timeout)
 
-# %% ../nbs/06e_comm.ipynb #54fc0f9e
+# %% ../nbs/06e_comm.ipynb #4b61dcca
 @patch
 def isend(self:ThreadComm, t, dst, tag):
     with self.w.cond:
@@ -195,7 +169,7 @@ def irecv(self:ThreadComm, t, src, tag):
 
 ThreadComm.header_send, ThreadComm.header_recv = ThreadComm.isend, ThreadComm.irecv
 
-# %% ../nbs/06e_comm.ipynb #02a3678c
+# %% ../nbs/06e_comm.ipynb #b25d7636
 @patch
 def _collective(self:ThreadComm, group, t, combine):
     "Deposit `t` at the group's next rendezvous; the work combines every member's deposit into `t`."
@@ -212,7 +186,7 @@ def _collective(self:ThreadComm, group, t, combine):
             if len(done) == len(group): del self.w.meet[key], self.w.reads[key]
     return _ThreadWork(fn, full)
 
-# %% ../nbs/06e_comm.ipynb #6e53df89
+# %% ../nbs/06e_comm.ipynb #99a24be9
 def _combine(op):
     return torch.maximum if op == 'max' else torch.add
 
@@ -230,7 +204,7 @@ def broadcast(self:ThreadComm, t, src, group): return self._collective(group, t,
 def all_gather(self:ThreadComm, outs, t, group):
     return self._collective(group, t, lambda xs: [o.copy_(x) for o, x in zip(outs, xs)])
 
-# %% ../nbs/06e_comm.ipynb #dfd294a8
+# %% ../nbs/06e_comm.ipynb #014a3d32
 @patch
 def report(self:ThreadComm, message):
     with self.w.cond: self.w.board.append(message); self.w.cond.notify_all()
@@ -239,14 +213,14 @@ def reports(self:ThreadComm, wait=0.0):
     with self.w.cond: self.w.cond.wait_for(lambda: self.w.board, wait)
     return list(self.w.board)
 
-# %% ../nbs/06e_comm.ipynb #fa4589d9
+# %% ../nbs/06e_comm.ipynb #6f0c881d
 def current_comm(device:torch.device, channels:bool|None=None) -> Comm:
     "This thread's `ThreadComm` inside `run_threads`, else torch.distributed (channels on CUDA, or when asked)."
     c = getattr(threading.current_thread(), 'chimera_comm', None)  # on the thread: seen by every copy of this module
     if c is not None: return c
     return ChannelComm(device) if device.type == 'cuda' or channels else TorchComm(device)
 
-# %% ../nbs/06e_comm.ipynb #64d6fd1b
+# %% ../nbs/06e_comm.ipynb #c5dab375
 def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every thread
                 world_size:int, # number of ranks
                 *args,
@@ -270,7 +244,7 @@ def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in eve
     if errors or hung: _threads_failed(world, errors, hung, timeout)
     return results
 
-# %% ../nbs/06e_comm.ipynb #c01be4db
+# %% ../nbs/06e_comm.ipynb #fb3a9302
 def _threads_failed(world, errors, hung, timeout):
     lines = [f"  rank {r}: {type(e).__name__}: {e}" for r, e in sorted(errors.items())]
     lines += [f"  rank {r}: still running after the {timeout}s timeout (threads cannot be killed)" for r in hung]
