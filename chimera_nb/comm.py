@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch
-from .failures import PipelineFailure
+from .failures import PipelineFailure, check_positive
 from . import _compat
 
 # %% ../nbs/06e_comm.ipynb #83a10074
@@ -227,8 +227,7 @@ def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in eve
                 timeout:float=120.0, # whole-run limit in seconds
                 **kwargs) -> list:
     "Run `fn` as `world_size` ranks on threads of this process (`ThreadComm`); results by rank, or a `PipelineFailure`."
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    check_positive('world_size', world_size, int, what='a positive integer')
     world, results, errors = ThreadWorld(world_size), [None] * world_size, {}
     def body(r):
         comm = threading.current_thread().chimera_comm = ThreadComm(world, r)

@@ -7,8 +7,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/runtime.html.md"""
 # %% auto #0
 __all__ = ['StepState', 'resolve_sync', 'PipelineRuntime', 'clip_grad_norm_', 'EvalResult']
 
-# %% ../nbs/06_runtime.ipynb #2aac716d
-import math, numbers, os, socket, threading, time, zlib
+# %% ../nbs/06_runtime.ipynb #9ae8a200
+import functools, math, numbers, os, socket, threading, time, zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Callable, Sequence
@@ -19,10 +19,10 @@ from fastcore.basics import patch
 from .schedules import Schedule, Action, validate
 from .program import Program, lower, Msg, Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss, SYNC_POLICIES
 from .simulate import Event, Timeline, Costs
-from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack, empty_message, Shapes, HEADER_BYTES
+from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack_message, empty_message, Shapes, HEADER_BYTES
 from .comm import Comm, ChannelComm, current_comm, run_threads, read_failures, report_failure
 from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed
-from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message
+from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message, check_positive
 
 # %% ../nbs/06_runtime.ipynb #f5dee2a5
 class PendingRecv(NamedTuple):
@@ -132,20 +132,15 @@ def _wait(self:PipelineRuntime, work, what:str):
 @patch
 def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
 
-# %% ../nbs/06_runtime.ipynb #4eb97ea1
-def _positive(name:str, v, kind=numbers.Real, finite:bool=True, what:str='a positive number'):
-    "Raise unless `v` is a positive `kind` (not a bool), finite if asked."
-    if isinstance(v, bool) or not isinstance(v, kind) or not v > 0 or (finite and not v < math.inf):
-        raise ValueError(f"{name} must be {what}, got {v!r}")
-
+# %% ../nbs/06_runtime.ipynb #b10153dd
 def _check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed):
     "Refuse bad arguments before any communication, each with what to do instead."
     if not isinstance(schedule, Schedule): raise TypeError(f"schedule must be a Schedule (make_schedule(...)), got {type(schedule).__name__}")
     validate(schedule)
-    _positive('dp_width', dp_width, int, what='a positive integer')
+    check_positive('dp_width', dp_width, int, what='a positive integer')
     if sync not in SYNC_POLICIES + ('auto',): raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES + ('auto',)}")
-    _positive('lookahead', lookahead, int, what='an integer >= 1 (instructions to post receives ahead)')
-    _positive('timeout', timeout, what='a positive, finite number of seconds')
+    check_positive('lookahead', lookahead, int, what='an integer >= 1 (instructions to post receives ahead)')
+    check_positive('timeout', timeout, what='a positive, finite number of seconds')
     if emulate is not None and not isinstance(emulate, Costs): raise TypeError(f"emulate must be a Costs, got {type(emulate).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)): raise TypeError(f"seed must be an int or None, got {seed!r}")
 
@@ -292,7 +287,7 @@ def step(self:PipelineRuntime,
         ) -> float:
     "One training iteration: run this rank's program; return the mean loss over the global batch."
     self._check_alive()
-    if max_norm is not None: _positive('max_norm', max_norm)
+    if max_norm is not None: check_positive('max_norm', max_norm)
     if optimizer is not None and not hasattr(optimizer, 'step'): raise TypeError(f"optimizer must have a step() method, got {type(optimizer).__name__}")
     st = self._start(self.program, self.compute, inputs, targets, optimizer, max_norm)
     for m in self.stages.values(): m.zero_grad(set_to_none=True)
@@ -301,13 +296,14 @@ def step(self:PipelineRuntime,
     self.step_count += 1
     return st.loss
 
-# %% ../nbs/06_runtime.ipynb #f8e0cdf6
+# %% ../nbs/06_runtime.ipynb #f8294758
+@functools.cache
+def _incoming_of(program:Program, prank:int) -> dict: return program.incoming(prank)
+
 @patch
 def _incoming(self:PipelineRuntime, program:Program) -> dict:
-    "{peer: [Msg]} in each peer's send order for `program` (computed once per program)."
-    cache = self.__dict__.setdefault('_incoming_cache', {})
-    if id(program) not in cache: cache[id(program)] = program.incoming(self.prank)
-    return cache[id(program)]
+    "{peer: [Msg]} in each peer's send order for `program` (computed once per program and rank)."
+    return _incoming_of(program, self.prank)
 
 # %% ../nbs/06_runtime.ipynb #fe1e04be
 @patch
@@ -415,7 +411,7 @@ def _send(self:PipelineRuntime, ins:Send, st:StepState):
     header = None
     if m.kind == 'a': out, header = self.shapes.outgoing(m.stage, self._sig(m, st), out, ins.peer, ins.action.token())
     if header is not None: st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.header_send(header, dst, tag + 1), header))
-    buf = pack(out)
+    buf = pack_message(out)
     st.sends.append(PendingSend(m, ins.peer, ins.action, self.comm.isend(buf, dst, tag), buf))
 
 # %% ../nbs/06_runtime.ipynb #8fd138ca
