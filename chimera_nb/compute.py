@@ -275,22 +275,39 @@ def weight(self:ModuleCompute, a):
     else: torch.autograd.backward(saved[0], saved[1], inputs=params)
     self.live.pop((a.stage, a.microbatch, a.pipe), None)
 
-# %% ../nbs/06f_compute.ipynb #5656982a
+# %% ../nbs/06f_compute.ipynb #46985ab7
 def _params(m:nn.Module) -> list: return [p for p in m.parameters() if p.requires_grad]
+
+def _views(m:nn.Module, buf:torch.Tensor):
+    "(parameter, its slice of `buf` shaped like it) for each parameter of `m` that takes a gradient."
+    i = 0
+    for p in _params(m): yield p, buf[i:i + p.numel()].view_as(p); i += p.numel()
 
 @patch
 def reduce_buffer(self:ModuleCompute, stage):
-    return torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in _params(self.ctx.stages[stage])]), 'sum'
+    ps, flat = _params(self.ctx.stages[stage]), self.__dict__.setdefault('flat', {})
+    if stage not in flat: flat[stage] = torch.zeros(sum(p.numel() for p in ps), dtype=ps[0].dtype, device=self.ctx.device)
+    for p, v in _views(self.ctx.stages[stage], flat[stage]):
+        if p.grad is None: v.zero_()
+        elif p.grad.data_ptr() != v.data_ptr(): v.copy_(p.grad)
+        p.grad = v
+    return flat[stage], 'sum'
 
+# %% ../nbs/06f_compute.ipynb #14293254
 @patch
 def reduce_done(self:ModuleCompute, stage, buf):
-    i = 0
-    for p in _params(self.ctx.stages[stage]):
-        g = buf[i:i + p.numel()].view_as(p); i += p.numel()
-        if p.grad is None: p.grad = g.clone()
-        else: p.grad.copy_(g)
+    "Nothing to copy: the gradients are views of `buf`, reduced in place."
 
-# %% ../nbs/06f_compute.ipynb #94d868f1
+@patch
+def zero_grad(self:ComputeBackend):
+    "Reset the gradients before a training step: to None, or — stages with a flat buffer — zeroed in place, still views of it."
+    flat = self.__dict__.get('flat', {})
+    for st, m in self.ctx.stages.items():
+        if st not in flat: m.zero_grad(set_to_none=True); continue
+        flat[st].zero_()
+        for p, v in _views(m, flat[st]): p.grad = v   # a gradient replaced since (a tied copy) points back
+
+# %% ../nbs/06f_compute.ipynb #612cc5e9
 class RecomputeCompute(ModuleCompute):
     "`ModuleCompute` that keeps only F's inputs and recomputes the forward at B (the RNG replayed)."
     def _keep(self, a, leaves, spec):
@@ -309,7 +326,7 @@ class RecomputeCompute(ModuleCompute):
         (leaves, spec) = s.inputs
         return leaves, self._saving(a, lambda: self._run(a, leaves, spec, s.rng))
 
-# %% ../nbs/06f_compute.ipynb #834d2d48
+# %% ../nbs/06f_compute.ipynb #89621cb8
 class EvalCompute(ModuleCompute):
     "Forward only, no graph: the payload on, or on the last stage the loss and the metric of the micro-batch."
     grads = False
@@ -325,7 +342,7 @@ class EvalCompute(ModuleCompute):
             self.record_loss(a, self.loss_fn(y, t))
             if self.metric is not None: self.metrics[c.global_index(a)] = float(self.metric(y, t))
 
-# %% ../nbs/06f_compute.ipynb #0108f830
+# %% ../nbs/06f_compute.ipynb #b9647f21
 @patch
 def begin(self:EvalCompute, inputs, targets):
     super(EvalCompute, self).begin(inputs, targets)
@@ -342,14 +359,14 @@ def metric_total(self:EvalCompute): return self.buf[len(self.losses):].sum().ite
 @patch
 def evaluator(self:ModuleCompute, metric=None): return EvalCompute(self.loss_fn, metric).bind(self.ctx)
 
-# %% ../nbs/06f_compute.ipynb #6f698268
+# %% ../nbs/06f_compute.ipynb #bf70e44b
 def _sleep_until(deadline:float, spin:float=3e-4):
     "Sleep until `perf_counter()` reaches `deadline`: the OS sleep for all but the last `spin` seconds, then yield-spin."
     rem = deadline - time.perf_counter()
     if rem > spin: time.sleep(rem - spin)
     while time.perf_counter() < deadline: time.sleep(0)
 
-# %% ../nbs/06f_compute.ipynb #b2fce0de
+# %% ../nbs/06f_compute.ipynb #b4133307
 class EmulatedCompute(ComputeBackend):
     "Sleeps for each action's modelled time; messages carry zeros of `shapes`; all-reduces last their modelled time."
     needs_data, source = False, 'emulated'
@@ -364,7 +381,7 @@ class EmulatedCompute(ComputeBackend):
     def begin(self, inputs, targets): super().begin(inputs, targets); self.stream_free = 0.0
     def output_loss(self): return 0.0
 
-# %% ../nbs/06f_compute.ipynb #b1386cac
+# %% ../nbs/06f_compute.ipynb #bc6f1550
 @patch
 def _zeros(self:EmulatedCompute, stage):
     "One zero tensor per boundary, reused (nothing writes to it; in-flight sends may share it)."
@@ -377,7 +394,7 @@ def run(self:EmulatedCompute, a, x):
     if a.kind == 'F': return None if a.stage == self.ctx.schedule.num_stages - 1 else self._zeros(a.stage + 1)
     if a.kind == 'B': return None if a.stage == 0 else [self._zeros(a.stage)]
 
-# %% ../nbs/06f_compute.ipynb #82635204
+# %% ../nbs/06f_compute.ipynb #6fa024b3
 @patch
 def reduce_buffer(self:EmulatedCompute, stage): return torch.tensor([time.perf_counter()], dtype=torch.float64), 'max'
 
@@ -388,13 +405,13 @@ def reduce_done(self:EmulatedCompute, stage, buf):
     self.stream_free = start + self.allreduce[stage]
     _sleep_until(self.stream_free)
 
-# %% ../nbs/06f_compute.ipynb #927c11e6
+# %% ../nbs/06f_compute.ipynb #6f5e0e26
 def make_compute(schedule:Schedule, loss_fn:Callable|None=None, emulate:Costs|None=None, shapes=(1,)) -> ComputeBackend:
     "The backend for a runtime's arguments: emulated when given costs, else the stage modules (recomputing if the schedule says)."
     if emulate is not None: return EmulatedCompute(emulate, schedule, shapes)
     return (RecomputeCompute if schedule.recompute else ModuleCompute)(loss_fn)
 
-# %% ../nbs/06f_compute.ipynb #783af1f1
+# %% ../nbs/06f_compute.ipynb #ad562014
 class HostClock:
     "Compute times from the host clock."
     def begin(self, device): pass
@@ -406,7 +423,7 @@ def make_clock(device:torch.device, trace:bool=True) -> HostClock:
     "CUDA events when tracing on a GPU, else the host clock."
     return CudaClock() if _cuda(device) and trace else HostClock()
 
-# %% ../nbs/06f_compute.ipynb #05c4bf77
+# %% ../nbs/06f_compute.ipynb #0c2b836d
 class CudaClock(HostClock):
     "Compute times from CUDA events, read after the step (no host sync per action); the events are reused every step."
     def __init__(self): self.pool, self.used = [], 0
@@ -420,7 +437,7 @@ class CudaClock(HostClock):
     def start(self): return self._event()
     def stop(self, token): e = self._event(); self.marks.append((token, e)); return e
 
-# %% ../nbs/06f_compute.ipynb #0cf679ef
+# %% ../nbs/06f_compute.ipynb #be2d79a8
 @patch
 def resolve(self:CudaClock, events, t0):
     torch.cuda.synchronize(self.device)

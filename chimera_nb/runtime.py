@@ -290,7 +290,7 @@ def step(self:PipelineRuntime,
     if max_norm is not None: check_positive('max_norm', max_norm)
     if optimizer is not None and not hasattr(optimizer, 'step'): raise TypeError(f"optimizer must have a step() method, got {type(optimizer).__name__}")
     st = self._start(self.program, self.compute, inputs, targets, optimizer, max_norm)
-    for m in self.stages.values(): m.zero_grad(set_to_none=True)
+    self.compute.zero_grad()
     try: self._run_program(st)
     except NonFiniteLossError: self.step_count += 1; raise
     self.step_count += 1
