@@ -7,11 +7,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/compat.html.md"""
 # %% auto #0
 __all__ = ['default_store', 'default_group', 'split_backward_available', 'torch_action', 'torch_action_parts']
 
-# %% ../nbs/06c_compat.ipynb #18a33990
+# %% ../nbs/06c_compat.ipynb #9b555241
 import torch
 import torch.distributed as dist
 
-# %% ../nbs/06c_compat.ipynb #581749d2
+# %% ../nbs/06c_compat.ipynb #07e91a06
 def default_store():
     "The c10d store of the default process group, its prefixes removed (failure reports live there)."
     # private: torch has no public getter for the store behind init_process_group; without it, reports are local only
@@ -26,7 +26,7 @@ def default_group():
     # private: dist.isend validates its arguments on every call, which costs more than a small message on gloo
     return dist.distributed_c10d._get_default_group()
 
-# %% ../nbs/06c_compat.ipynb #411bdd66
+# %% ../nbs/06c_compat.ipynb #71288d8a
 try:
     # private: torch's split backward keeps the gradients at the weight-using nodes after the input-gradient pass,
     # so W does not traverse B again (B + W = 1.18x a full backward here, against 1.28x for the fallback)
@@ -38,7 +38,7 @@ def split_backward_available() -> bool:
     "Whether torch's input/weight split backward is importable here."
     return stage_backward_input is not None
 
-# %% ../nbs/06c_compat.ipynb #1f40bbc1
+# %% ../nbs/06c_compat.ipynb #209d056d
 def torch_action(kind:str, stage:int, microbatch:int, split:bool):
     "torch's `_Action` for one of our actions: F, B (full backward, or input-gradient 'I' when split) or W."
     # private: _Action and _ComputationType are torch.distributed.pipelining's schedule IR (no public equivalent)
@@ -46,6 +46,7 @@ def torch_action(kind:str, stage:int, microbatch:int, split:bool):
     ctype = {'F': T.FORWARD, 'B': T.BACKWARD_INPUT if split else T.FULL_BACKWARD, 'W': T.BACKWARD_WEIGHT}[kind]
     return _Action(stage, ctype, microbatch)
 
+# %% ../nbs/06c_compat.ipynb #9d55347e
 def torch_action_parts(action) -> list:
     "[(kind, stage, microbatch)] of a torch `_Action` or its string ('0F1'); overlapped F&B pairs give both; None gives []."
     from torch.distributed.pipelining.schedules import _Action, _ComputationType as T

@@ -7,17 +7,18 @@ Docs: https://chimera-nb.github.io/chimera_nb/launch.html.md"""
 # %% auto #0
 __all__ = ['init_from_env', 'launch_local']
 
-# %% ../nbs/06a_launch.ipynb #a215ce5c
+# %% ../nbs/06a_launch.ipynb #4d056b31
 import datetime, os, pickle, re, signal, socket, threading, time, traceback
 from multiprocessing.connection import wait as _mp_wait
 from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from .runtime import PipelineFailure, read_failures, report_failure
+from .failures import PipelineFailure, check_positive
+from .comm import read_failures, report_failure
 from . import _compat
 
-# %% ../nbs/06a_launch.ipynb #b0c71e17
+# %% ../nbs/06a_launch.ipynb #e4adee67
 def _first_host(nodelist:str) -> str:
     "First host of a SLURM node list such as `c1[01-04,07],c2a05`."
     m = re.match(r'([^,\[]+)(?:\[([^\]]+)\])?', nodelist.strip())
@@ -25,6 +26,7 @@ def _first_host(nodelist:str) -> str:
     prefix, ranges = m.groups()
     return prefix + (re.split(r'[-,]', ranges)[0] if ranges else '')
 
+# %% ../nbs/06a_launch.ipynb #6013b002
 def init_from_env(backend:str|None=None, # 'gloo' or 'nccl' (default: nccl with CUDA, else gloo)
                   timeout:float=300.0 # process-group timeout in seconds
                  ) -> tuple:
@@ -47,7 +49,7 @@ def init_from_env(backend:str|None=None, # 'gloo' or 'nccl' (default: nccl with 
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
     return rank, world, local
 
-# %% ../nbs/06a_launch.ipynb #5fa88377
+# %% ../nbs/06a_launch.ipynb #dce7e9d1
 def _watchdog(parent:int, deadline:float):
     "In a rank: kill this rank's process group when the launcher is gone or the deadline has passed."
     def run():
@@ -55,6 +57,7 @@ def _watchdog(parent:int, deadline:float):
         os.killpg(os.getpgid(0), signal.SIGKILL)
     threading.Thread(target=run, daemon=True, name='chimera-watchdog').start()
 
+# %% ../nbs/06a_launch.ipynb #2cc216b6
 def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout, parent, deadline):
     os.setpgid(0, 0)  # this rank and what it starts form one group: killing the group leaves nothing behind
     _watchdog(parent, deadline)
@@ -78,53 +81,12 @@ def _child(fn, rank, world, port, conn, args, kwargs, threads, timeout, parent, 
     conn.close()
     os._exit(code)  # skip interpreter teardown: no hang on a half-dead process group
 
-# %% ../nbs/06a_launch.ipynb #436b6aaf
+# %% ../nbs/06a_launch.ipynb #7a2491f5
 def _free_port() -> int:
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); return sk.getsockname()[1]
 
-def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every process
-                 world_size:int, # number of processes
-                 *args,
-                 start_method:str|None=None, # 'fork' (default where available) or 'spawn'
-                 threads:int=1, # torch intra-op threads per process
-                 timeout:float=120.0, # whole-run limit in seconds (and process-group timeout)
-                 grace:float=10.0, # seconds the others get to stop after one fails
-                 **kwargs) -> list:
-    "Run `fn` in `world_size` local gloo processes; return their results by rank, or raise naming the failed rank."
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
-    if not (isinstance(timeout, (int, float)) and timeout > 0): raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-    if dist.is_available() and dist.is_initialized():
-        raise RuntimeError("launch_local must run in a process without an initialised process group")
-    start_method = start_method or ('fork' if 'fork' in tmp.get_all_start_methods() else 'spawn')
-    ctx, port = tmp.get_context(start_method), _free_port()  # the store starts only after the fork (its server is a thread)
-    deadline = time.monotonic() + timeout + grace + 5
-    procs, conns = [], []
-    try:
-        for r in range(world_size):
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(fn, r, world_size, port, send, args, kwargs, threads, timeout,
-                                                 os.getpid(), deadline), daemon=True)
-            p.start(); send.close()
-            procs.append(p); conns.append(recv)
-        store = dist.TCPStore('127.0.0.1', port, world_size + 1, True, wait_for_workers=False,
-                              timeout=datetime.timedelta(seconds=timeout))
-        results, failure = _supervise(procs, conns, store, timeout, grace)
-        store = None  # stop the store's server thread before anything forks again
-    finally:
-        _kill_all(procs)  # success, failure, timeout or KeyboardInterrupt: no rank and nothing a rank started survives
-    if failure: raise PipelineFailure(failure)
-    return results
-
-def _kill_all(procs):
-    for p in procs:
-        try: os.killpg(p.pid, signal.SIGKILL)  # the rank's process group: the rank and its children
-        except (ProcessLookupError, PermissionError, TypeError): pass
-    for p in procs:
-        if p.pid is not None: p.join(5)
-
-# %% ../nbs/06a_launch.ipynb #1e912ec7
+# %% ../nbs/06a_launch.ipynb #cf41b6c3
 def _supervise(procs, conns, store, timeout, grace) -> tuple:
     "Collect results; on the first failure record it, wait `grace`, kill the rest; return (results, failure text)."
     n, results, errors, got = len(procs), [None] * len(procs), {}, {}
@@ -163,3 +125,45 @@ def _supervise(procs, conns, store, timeout, grace) -> tuple:
         return results, (f"{len(errors)} of {n} ranks failed; first reported: "
                          f"{reports[0] if reports else errors[min(errors)]}\n" + '\n'.join(lines))
     return results, None
+
+# %% ../nbs/06a_launch.ipynb #d05eee78
+def _kill_all(procs):
+    for p in procs:
+        try: os.killpg(p.pid, signal.SIGKILL)  # the rank's process group: the rank and its children
+        except (ProcessLookupError, PermissionError, TypeError): pass
+    for p in procs:
+        if p.pid is not None: p.join(5)
+
+# %% ../nbs/06a_launch.ipynb #626cd6b0
+def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every process
+                 world_size:int, # number of processes
+                 *args,
+                 start_method:str|None=None, # 'fork' (default where available) or 'spawn'
+                 threads:int=1, # torch intra-op threads per process
+                 timeout:float=120.0, # whole-run limit in seconds (and process-group timeout)
+                 grace:float=10.0, # seconds the others get to stop after one fails
+                 **kwargs) -> list:
+    "Run `fn` in `world_size` local gloo processes; return their results by rank, or raise naming the failed rank."
+    check_positive('world_size', world_size, int, what='a positive integer')
+    check_positive('timeout', timeout, finite=False, what='a positive number of seconds')
+    if dist.is_available() and dist.is_initialized():
+        raise RuntimeError("launch_local must run in a process without an initialised process group")
+    start_method = start_method or ('fork' if 'fork' in tmp.get_all_start_methods() else 'spawn')
+    ctx, port = tmp.get_context(start_method), _free_port()  # the store starts only after the fork (its server is a thread)
+    deadline = time.monotonic() + timeout + grace + 5
+    procs, conns = [], []
+    try:
+        for r in range(world_size):
+            recv, send = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child, args=(fn, r, world_size, port, send, args, kwargs, threads, timeout,
+                                                 os.getpid(), deadline), daemon=True)
+            p.start(); send.close()
+            procs.append(p); conns.append(recv)
+        store = dist.TCPStore('127.0.0.1', port, world_size + 1, True, wait_for_workers=False,
+                              timeout=datetime.timedelta(seconds=timeout))
+        results, failure = _supervise(procs, conns, store, timeout, grace)
+        store = None  # stop the store's server thread before anything forks again
+    finally:
+        _kill_all(procs)  # success, failure, timeout or KeyboardInterrupt: no rank and nothing a rank started survives
+    if failure: raise PipelineFailure(failure)
+    return results

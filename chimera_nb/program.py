@@ -6,15 +6,15 @@ Docs: https://chimera-nb.github.io/chimera_nb/program.html.md"""
 
 # %% auto #0
 __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute', 'Send', 'ReduceStart', 'ReduceWait',
-           'OptimizerStep', 'Program', 'compute_order', 'add_communication', 'reduce_points', 'add_gradient_sync',
-           'lower', 'check_program']
+           'OptimizerStep', 'ReduceLoss', 'Program', 'compute_order', 'add_communication', 'reduce_points',
+           'add_gradient_sync', 'lower', 'check_program']
 
-# %% ../nbs/00a_program.ipynb #e9361113
+# %% ../nbs/00a_program.ipynb #f1013c42
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from .schedules import Schedule, Action, DEPENDS, dependencies, make_schedule, pipe_tag, ScheduleError, gc_paused
 
-# %% ../nbs/00a_program.ipynb #e657982b
+# %% ../nbs/00a_program.ipynb #f0cc8b53
 class Msg(NamedTuple):
     "An activation (`'a'`, into `stage`) or output gradient (`'g'`, into B of `stage`) of one micro-batch of one pipe."
     kind: str       # 'a' activation or 'g' gradient
@@ -28,6 +28,7 @@ class Msg(NamedTuple):
         "A tag unique within one step of `s` (gloo matches messages on it; NCCL on order)."
         return (((self.kind == 'g') * s.num_stages + self.stage) * s.num_pipes + self.pipe) * s.microbatches_per_pipe + self.microbatch
 
+# %% ../nbs/00a_program.ipynb #964dcc00
 # the messages of the dependency rule, per kind: which dependencies arrive as messages (another stage),
 # and which actions of another stage consume this one's output (the rule read backwards)
 _MSG_IN = {k: tuple((dk, o) for dk, o in deps if o != 0) for k, deps in DEPENDS.items()}
@@ -39,7 +40,7 @@ def message(d:Action, a:Action) -> Msg|None:
     if d.stage == a.stage: return None
     return Msg(_MSG_KIND[a.kind], a.stage, a.microbatch, a.pipe)
 
-# %% ../nbs/00a_program.ipynb #26c5ac50
+# %% ../nbs/00a_program.ipynb #b9322883
 class Recv(NamedTuple):
     "Wait for `msg` from pipeline rank `peer` (the runtime posts the receive ahead of time)."
     msg: Msg
@@ -58,6 +59,7 @@ class Send(NamedTuple):
     action: Action
     def __repr__(self): return f"send {self.msg!r} to {self.peer}"
 
+# %% ../nbs/00a_program.ipynb #ddf89aed
 class ReduceStart(NamedTuple):
     "Start the gradient all-reduce of `stage` over all its replicas (pipes × data-parallel ranks)."
     stage: int
@@ -69,12 +71,16 @@ class ReduceWait(NamedTuple):
     def __repr__(self): return f"allreduce {self.stage} wait"
 
 class OptimizerStep(NamedTuple):
-    "End of the step: the loss is reduced, gradients clipped if asked, the optimizer steps."
+    "End of a training step: the loss is reduced, gradients clipped if asked, the optimizer steps."
     def __repr__(self): return "optimizer step"
 
-INSTRUCTIONS = (Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep)
+class ReduceLoss(NamedTuple):
+    "End of a forward-only step: the loss (and any metric) is reduced over every rank; nothing steps."
+    def __repr__(self): return "reduce loss"
 
-# %% ../nbs/00a_program.ipynb #12a0c922
+INSTRUCTIONS = (Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss)
+
+# %% ../nbs/00a_program.ipynb #74747e4b
 SYNC_POLICIES = ('eager', 'eager-opt', 'end')
 
 @dataclass(eq=False)
@@ -109,13 +115,14 @@ class Program:
         n = sum(map(len, self.ranks))
         return f"Program({self.schedule.name!r}, ranks={len(self.ranks)}, instructions={n}, sync={self.sync!r}, dp_width={self.dp_width})"
 
-# %% ../nbs/00a_program.ipynb #b20035e0
+# %% ../nbs/00a_program.ipynb #db32eee4
 _new = tuple.__new__  # builds a named tuple without its Python-level __new__: lowering makes ~100k of them at D=64
 
 def compute_order(s:Schedule) -> list:
     "Pass 1: each rank's actions as `Compute` instructions."
     return [[_new(Compute, (a,)) for a in order] for order in s.orders]
 
+# %% ../nbs/00a_program.ipynb #54fbcd0c
 def add_communication(s:Schedule, ranks:list) -> list:
     "Pass 2: a `Recv` before every compute for each message it needs, a `Send` after it for each it makes."
     S, place, out = s.num_stages, s.placement, []
@@ -133,7 +140,7 @@ def add_communication(s:Schedule, ranks:list) -> list:
         out.append(new)
     return out
 
-# %% ../nbs/00a_program.ipynb #84912c5d
+# %% ../nbs/00a_program.ipynb #e5fd18e3
 def reduce_points(s:Schedule, # the schedule
                   rank:int, # a pipeline rank
                   sync:str='eager', # gradient all-reduce policy
@@ -149,9 +156,9 @@ def reduce_points(s:Schedule, # the schedule
         if a[0] == last_kind and a[1] in todo: last[a[1]] = a; todo.discard(a[1])
     return {st: last.get(st) for st in synced}
 
-# %% ../nbs/00a_program.ipynb #9c5b0e6f
+# %% ../nbs/00a_program.ipynb #1d25d26e
 def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
-    "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s and `OptimizerStep` at the end."
+    "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s, and `OptimizerStep` (forward only: `ReduceLoss`) at the end."
     out = []
     for r, prog in enumerate(ranks):
         points = reduce_points(s, r, sync, dp_width)
@@ -162,11 +169,11 @@ def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) 
             if type(ins) is Compute and ins[0] in after: st = after[ins[0]]; new.append(ReduceStart(st)); started.append(st)
         late = [st for st, a in points.items() if a is None]
         new += [ReduceStart(st) for st in late]
-        new += [ReduceWait(st) for st in started + late] + [OptimizerStep()]
+        new += [ReduceWait(st) for st in started + late] + [ReduceLoss() if s.forward_only else OptimizerStep()]
         out.append(new)
     return out
 
-# %% ../nbs/00a_program.ipynb #19ad7965
+# %% ../nbs/00a_program.ipynb #3b55000c
 def lower(s:Schedule, # a validated schedule
           sync:str='eager', # gradient all-reduce policy: 'eager', 'eager-opt' or 'end'
           dp_width:int=1, # data-parallel width W: stages are all-reduced over pipes × W replicas
@@ -182,7 +189,7 @@ def lower(s:Schedule, # a validated schedule
         cache[key] = Program(s, ranks, sync, dp_width)
     return cache[key]
 
-# %% ../nbs/00a_program.ipynb #c65ff307
+# %% ../nbs/00a_program.ipynb #406b71be
 def check_program(p:Program) -> Program:
     "Every send has one matching receive on its peer (and no receive lacks a send); return `p`."
     sent = {(r, i.peer, i.msg) for r, prog in enumerate(p.ranks) for i in prog if type(i) is Send}

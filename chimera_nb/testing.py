@@ -8,16 +8,18 @@ Docs: https://chimera-nb.github.io/chimera_nb/testing.html.md"""
 __all__ = ['mlp_stages', 'MaskedBlock', 'MaskedHead', 'masked_stages', 'masked_batch', 'reference_step',
            'check_against_reference', 'emulate_schedule']
 
-# %% ../nbs/06b_testing.ipynb #1df6a607
+# %% ../nbs/06b_testing.ipynb #41c0564f
 import dataclasses, math
 from typing import Callable, Sequence
 import torch
 from torch import nn
 from .schedules import Schedule, make_schedule
 from .simulate import Costs
-from .runtime import PipelineRuntime, call_stage, seeded, microbatch_seed, clip_grad_norm_, split_microbatches, _to, layer_streams
+from .runtime import PipelineRuntime, clip_grad_norm_
+from .payload import call_stage, split_microbatches, to_device as _to
+from .compute import seeded, microbatch_seed, layer_streams
 
-# %% ../nbs/06b_testing.ipynb #a0aa5c30
+# %% ../nbs/06b_testing.ipynb #3e90ad5e
 def mlp_stages(num_stages:int, # number of pipeline stages S
                width:int=16, # hidden size
                layers_per_stage:int=1, # Linear+GELU+Dropout blocks per stage
@@ -39,7 +41,7 @@ def mlp_stages(num_stages:int, # number of pipeline stages S
         stages.append(nn.Sequential(*layers))
     return stages
 
-# %% ../nbs/06b_testing.ipynb #97e8b401
+# %% ../nbs/06b_testing.ipynb #32fe06dc
 class MaskedBlock(nn.Module):
     "A toy transformer-like block: (h, mask) -> (h', mask), with dropout; padded positions stay zero."
     def __init__(self, width:int, dropout:float=0.0, dtype=torch.float32):
@@ -52,6 +54,7 @@ class MaskedBlock(nn.Module):
         h = h + self.drop(torch.tanh(self.lin(h) + self.mix(mean)))
         return h * m, mask
 
+# %% ../nbs/06b_testing.ipynb #e95f6635
 class MaskedHead(nn.Module):
     "The last stage: a block, then the masked mean over positions -> (batch, width)."
     def __init__(self, width, dropout=0.0, dtype=torch.float32):
@@ -61,6 +64,7 @@ class MaskedHead(nn.Module):
         m = mask.unsqueeze(-1).to(h.dtype)
         return (h * m).sum(1) / m.sum(1).clamp(min=1)
 
+# %% ../nbs/06b_testing.ipynb #6d29e1cd
 def masked_stages(num_stages:int, width:int=8, dropout:float=0.0, dtype=torch.float32, seed:int=0) -> list:
     "`num_stages` stages of `MaskedBlock` ending in `MaskedHead`, weights from their own generator (not the global RNG)."
     g = torch.Generator().manual_seed(seed)
@@ -77,7 +81,7 @@ def masked_batch(n:int, length:int, width:int=8, dtype=torch.float32, generator=
     mask = torch.arange(length).unsqueeze(0) < keep
     return (h * mask.unsqueeze(-1), mask), torch.randn(n, width, dtype=dtype, generator=generator)
 
-# %% ../nbs/06b_testing.ipynb #02fb8348
+# %% ../nbs/06b_testing.ipynb #a79c5332
 def reference_step(stages:Sequence, # all stage modules, in order
                    inputs:Sequence, # the global batch as micro-batch payloads (W × N of them)
                    targets:Sequence, # their targets
@@ -98,7 +102,7 @@ def reference_step(stages:Sequence, # all stage modules, in order
         total += loss.item()
     return total / n
 
-# %% ../nbs/06b_testing.ipynb #2e2eeaac
+# %% ../nbs/06b_testing.ipynb #b385f6bf
 def _optimizer(kind:str, params, lr:float):
     if kind == 'sgd': return torch.optim.SGD(params, lr=lr)
     if kind == 'adamw': return torch.optim.AdamW(params, lr=lr, weight_decay=0.1)
@@ -111,6 +115,23 @@ def _batch(model, N, width, dtype, g, t):
     pairs = [masked_batch(4, 4 + t % 3, width, dtype, g) for _ in range(N)]  # the sequence length changes per step
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
+# %% ../nbs/06b_testing.ipynb #998c7f29
+def _reference_side(rt, ref, xs, ys, s, N, dp_width, seed, t, max_norm):
+    "The reference's loss of step `t` on the global batch `xs`, `ys` (its gradients left in `ref`)."
+    for m in ref: m.zero_grad()
+    rx = [p for w in range(dp_width) for p in split_microbatches(xs[w * N:(w + 1) * N], s)]
+    ry = [p for w in range(dp_width) for p in split_microbatches(ys[w * N:(w + 1) * N], s)]
+    with rt.comm.compute_turn():  # ranks on threads share the RNG: the reference takes its turn too
+        rloss = reference_step(ref, rx, ry, nn.functional.mse_loss, seed=seed, step=t)
+    if max_norm is not None: torch.nn.utils.clip_grad_norm_([p for m in ref for p in m.parameters()], max_norm)
+    return rloss
+
+def _grad_err(rt, ref) -> float:
+    "The worst relative gradient error of this rank's stages against the reference."
+    return max(((p.grad.cpu() - q.grad).norm() / q.grad.norm()).item()
+               for st_, m in rt.stages.items() for p, q in zip(m.parameters(), ref[st_].parameters()))
+
+# %% ../nbs/06b_testing.ipynb #423bdb49
 def check_against_reference(rank:int, world:int, # given by launch_local / run_threads
                             name:str, # schedule name
                             N:int, # micro-batches per replica
@@ -135,30 +156,19 @@ def check_against_reference(rank:int, world:int, # given by launch_local / run_t
     stages, ref = make(), make()
     rt = PipelineRuntime(s, stages, nn.functional.mse_loss, dp_width=dp_width, seed=seed, **(runtime_kw or {}))
     opt = _optimizer(optimizer, list(rt.parameters()), 0.1)
-    ref_params = [p for m in ref for p in m.parameters()]
-    ropt = _optimizer(optimizer, ref_params, 0.1)
-    g = torch.Generator().manual_seed(5)
-    err, loss_err = 0.0, 0.0
+    ropt = _optimizer(optimizer, [p for m in ref for p in m.parameters()], 0.1)
+    g, err, loss_err = torch.Generator().manual_seed(5), 0.0, 0.0
     for t in range(steps):
         xs, ys = _batch(model, N * dp_width, width, dtype, g, t)
         mine = slice(rt.dp_rank * N, (rt.dp_rank + 1) * N)
         loss = rt.step(xs[mine], ys[mine], optimizer=None, max_norm=max_norm)
-        ropt.zero_grad()
-        # the reference runs the micro-batches the schedule runs (backward halving: halves), with the same dropout streams
-        rx = [p for w in range(dp_width) for p in split_microbatches(xs[w * N:(w + 1) * N], s)]
-        ry = [p for w in range(dp_width) for p in split_microbatches(ys[w * N:(w + 1) * N], s)]
-        with rt.comm.compute_turn():  # ranks on threads share the RNG: the reference takes its turn too
-            rloss = reference_step(ref, rx, ry, nn.functional.mse_loss, seed=seed, step=t)
-        if max_norm is not None: torch.nn.utils.clip_grad_norm_(ref_params, max_norm)
-        loss_err = max(loss_err, abs(loss - rloss) / abs(rloss))
-        for st_, m in rt.stages.items():
-            for p, q in zip(m.parameters(), ref[st_].parameters()):
-                err = max(err, ((p.grad.cpu() - q.grad).norm() / q.grad.norm()).item())
+        rloss = _reference_side(rt, ref, xs, ys, s, N, dp_width, seed, t, max_norm)
+        loss_err, err = max(loss_err, abs(loss - rloss) / abs(rloss)), max(err, _grad_err(rt, ref))
         opt.step(); ropt.step()
     params = {st_: [p.detach().cpu().clone() for p in m.parameters()] for st_, m in rt.stages.items()}
     return dict(loss_err=loss_err, grad_err=err, params=params, timeline=rt.timeline if rank == 0 else None)
 
-# %% ../nbs/06b_testing.ipynb #9bee4202
+# %% ../nbs/06b_testing.ipynb #493ec236
 def emulate_schedule(rank:int, world:int, # given by launch_local / run_threads
                      schedule:Schedule, # the schedule to replay
                      costs:Costs, # durations in seconds
