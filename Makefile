@@ -39,12 +39,15 @@ test: install
 
 # after editing notebooks: write the package from them and strip outputs/metadata
 export: install
-	$(VENV)/bin/nbdev-export
+	touch -r pyproject.toml $(VENV)/.pyproject-time   # nbdev-export rewrites pyproject.toml unchanged: keep its time, or every
+	$(VENV)/bin/nbdev-export                            # later make would reinstall the package
+	touch -r $(VENV)/.pyproject-time pyproject.toml
 	$(VENV)/bin/nbdev-clean
 
 # the package must be the export of the notebooks, and the notebooks clean
 check: install
-	$(VENV)/bin/nbdev-export && $(VENV)/bin/nbdev-clean
+	touch -r pyproject.toml $(VENV)/.pyproject-time
+	$(VENV)/bin/nbdev-export && touch -r $(VENV)/.pyproject-time pyproject.toml && $(VENV)/bin/nbdev-clean
 	git diff --exit-code -- chimera_nb nbs || (echo "chimera_nb/ or nbs/ is out of sync: run 'make export' and commit" && exit 1)
 
 bench: install
