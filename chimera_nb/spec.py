@@ -307,7 +307,7 @@ def __str__(self:PipelineSpec) -> str:
     m = '' if self.model is None else f"{Path(self.model).name if self.source == 'folder' else self.model} {self.dtype} L={self.seq_len}, "
     return f"{self.label}: {m}W={self.W} D={self.D} B={self.B} N={self.N} (key {self.key()})"
 
-# %% ../nbs/00b_spec.ipynb #30866842
+# %% ../nbs/00b_spec.ipynb #4e8bcbc9
 @patch
 def to_dict(self:PipelineSpec) -> dict:
     "The fields, as plain data."
@@ -326,8 +326,8 @@ def from_dict(cls:PipelineSpec, d:dict) -> PipelineSpec:
 
 @patch
 def key(self:PipelineSpec) -> str:
-    "A stable 12-character hash of the canonical fields."
-    return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+    "A stable 12-character hash of the canonical fields (those left at None are left out: a new optional field keeps old keys)."
+    return hashlib.sha256(json.dumps({k: v for k, v in self.to_dict().items() if v is not None}, sort_keys=True).encode()).hexdigest()[:12]
 
 # %% ../nbs/00b_spec.ipynb #03b2c51d
 def _toml_value(k, v) -> str:
