@@ -216,15 +216,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page = browser.new_page(viewport={'width': 1280, 'height': 800})
-            page.set_default_timeout(60_000)
-            errors = []   # the page's own errors, shown when the test fails
-            page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
-            page.on('pageerror', lambda e: errors.append(str(e)))
-            page.goto(f"{lab['base']}/lab/tree/explorer.ipynb?token={lab['token']}")
-            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-            # the kernel must be up before 'Run All' (status shown in the toolbar)
-            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
+            page, errors = _open(browser, lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
             _run_all(page)
 
             # rendered: the timeline's SVG bars, one path per bar of the figure; the status has the browser's time
@@ -335,9 +327,9 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             browser.close()
 
 
-def _open(browser, lab, name, width=1280):
-    "A page with notebook `name` open and its kernel idle; its error list."
-    page = browser.new_page(viewport={'width': width, 'height': 900})
+def _open(browser, lab, name, width=1280, height=900):
+    "A page with notebook `name` open and its kernel idle (the status shown in the toolbar); its error list."
+    page = browser.new_page(viewport={'width': width, 'height': height})
     page.set_default_timeout(60_000)
     errors = []
     page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
