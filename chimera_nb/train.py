@@ -478,12 +478,12 @@ def provenance(device=None) -> dict:
     return dict(host=platform.node(), device=name, python=platform.python_version(), torch=torch.__version__,
                 command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
-# %% ../nbs/07_train.ipynb #36b36240
+# %% ../nbs/07_train.ipynb #eac35d85
 def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
     "The run's summary (written beside the metrics), and the last step's measured timeline beside its prediction as HTML."
-    steady = times[1:] or times
-    out = dict(event='summary', steps=len(times), training_time_s=total, mean_step_s=sum(steady) / len(steady),
-               samples_per_s=cfg.global_batch_size * len(steady) / sum(steady), final_loss=losses[-1][1] if losses else None,
+    steady = times[1:] or times   # none when a resumed run had no step left (stopped on its last one)
+    out = dict(event='summary', steps=len(times), training_time_s=total, mean_step_s=sum(steady) / len(steady) if steady else None,
+               samples_per_s=cfg.global_batch_size * len(steady) / sum(steady) if steady else None, final_loss=losses[-1][1] if losses else None,
                **{f'final_{k}': v for k, v in ev.items()}, spec_key=cfg.spec.key(), spec=cfg.spec.to_dict(), config=cfg.to_dict(),
                **provenance(rt.device))
     if log.path is not None and rt.timeline is not None:

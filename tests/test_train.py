@@ -171,6 +171,8 @@ def test_resume_refuses_another_configuration_unless_named(tmp_path, capfd):
     assert time.monotonic() - t < 5   # before any process starts
     res = train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, resume_anyway='steps,lr,seed'))
     assert [s for s, _ in res.losses] == [2, 3] and 'resumed from step 2' in capfd.readouterr().out
+    done = train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, metrics=str(tmp_path / 'm2.jsonl')))
+    assert done.losses == [] and done.summary['steps'] == 0 and done.summary['mean_step_s'] is None   # nothing left to run: no crash
     for broken in ('[]', 'null', '{"format": 2}', '{"format": 2, "step": 4, "world": 2, "config": {}, "files": {"a": {}}}'):
         d = Path(ck) / 'step_00000009'; d.mkdir(exist_ok=True); (d / 'manifest.json').write_text(broken)
         from chimera_nb.train import latest_checkpoint
