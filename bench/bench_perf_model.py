@@ -9,7 +9,9 @@
    B = 2F), real messages over gloo; the same schedules and splits.
 
 Predicted = perf_model.predict(..., method='simulate') (the lowered program with per-stage costs) and Eq. (1)
-('analytic'), from the isolated profile ("uncalibrated") and after perf_model.calibrate on ONE traced run per group
+('analytic'), from the profile ("uncalibrated": layers profiled in D processes at once, as the runs load the cores, and the
+runtime's time per hop measured once per process count by perf_model.measure_overhead, a zero-compute step; nothing
+fitted to any run) and after perf_model.calibrate on ONE traced run per group
 (1F1B at the middle B, its traced step nearest the median: per-stage time factors and a per-action overhead); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
@@ -26,7 +28,7 @@ from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build
 from chimera_nb.partition import LayerProfile, Stage
-from chimera_nb.perf_model import Profile, measure_comm, profile_layers_as, predict, calibrate
+from chimera_nb.perf_model import Profile, measure_comm, measure_overhead, profile_layers_as, predict, calibrate
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 
@@ -116,6 +118,22 @@ def affine_in_B(profs):
     return {B: dataclasses.replace(profs[B], layers=out[B]) for B in Bs}
 
 
+def _profile_rank(rank, world, kind, B, comm):
+    "This rank's profile of the model's layers at B (every rank profiles at once: the cores are as busy as in a run)."
+    torch.set_num_threads(1)
+    layers, loss_fn, batch, ties = model_of(kind)
+    x, y = batch(B)
+    return profile_layers_as(kind, layers, x, loss_fn, y, B, SEQ if kind == 'bert-tiny' else 0, comm, repeats=7, ties=ties)
+
+
+def profile_loaded(kind, B, comm, world=2):
+    "The layers' times averaged over `world` processes profiling at once."
+    ps = launch_local(_profile_rank, world, kind, B, comm, timeout=600)
+    lay = [l._replace(forward_s=statistics.fmean(p.layers[i].forward_s for p in ps), backward_s=statistics.fmean(p.layers[i].backward_s for p in ps))
+           for i, l in enumerate(ps[0].layers)]
+    return dataclasses.replace(ps[0], layers=lay)
+
+
 def emulated_profile(D, B, comm):
     f = 2e-3 + 1.5e-3 * B
     lay = [LayerProfile(f'stage{i}', 0, 0, f, 2 * f, 0, B * 64 * 4, B * 64 * 4, 0) for i in range(D)]
@@ -130,18 +148,15 @@ def main():
     print(f"links (gloo, 2 processes): p2p {comm.p2p_latency * 1e6:.0f} us + {comm.p2p_bandwidth / 1e9:.2f} GB/s, "
           f"all-reduce alpha {comm.ar_alpha * 1e6:.0f} us, beta {1 / comm.ar_beta / 1e9 if comm.ar_beta else float('inf'):.2f} GB/s",
           flush=True)
+    hop = {D: measure_overhead(D) for D in (2, 4, 8)}   # the runtime's time per hop, once per process count
+    print("runtime per hop (zero-compute 1F1B step): " + ", ".join(f"D={D}: {v * 1e3:.2f} ms" for D, v in hop.items()), flush=True)
     rows, groups, cals = [], {}, {}
     work = []   # (group, D, plan, {B: profile})
     for kind in ('bert-tiny', 'mlp'):
-        layers, loss_fn, batch, ties = model_of(kind)
-        profs = {}
-        for B, N in SPLITS_REAL:
-            x, y = batch(B)
-            profs[B] = profile_layers_as(kind, layers, x, loss_fn, y, B, SEQ if kind == 'bert-tiny' else 0, comm, repeats=7, ties=ties)
-        profs = affine_in_B(profs)
+        profs = affine_in_B({B: profile_loaded(kind, B, comm._replace(p2p_latency=hop[2])) for B, N in SPLITS_REAL})
         work.append((f'real {kind}', 2, [(kind, name, B, N, profs[B].boundaries(2)) for B, N in SPLITS_REAL for name in SCHEDS], profs))
     for D, splits in ((4, [(1, 16), (2, 8), (4, 4)]), (8, [(2, 16), (4, 8)])):
-        profs = {B: emulated_profile(D, B, comm) for B, _ in splits}
+        profs = {B: emulated_profile(D, B, comm._replace(p2p_latency=hop[D])) for B, _ in splits}
         costs = {B: Costs([l.forward_s for l in p.layers], [l.backward_s for l in p.layers]) for B, p in profs.items()}
         work.append(('emulated', D, [('emulated', name, B, N, costs[B]) for B, N in splits for name in SCHEDS], profs))
     print(f"profiled in {time.time() - t0:.0f} s", flush=True)

@@ -380,8 +380,8 @@ _MEMORY = ("memory: our estimate fits configurations the paper's runs did not ch
 _SPEEDUP = {'PipeDream': 'no flush and no bubbles: without the memory pressure that forced PipeDream to recompute or shrink B, it runs at full speed here',
             'PipeDream-2BW': 'bubble-free; the paper\'s 2BW needs recomputation at its best B, our memory estimate does not',
             'GPipe': 'GPipe = DAPPLE in time here (same critical path); the paper measures GPipe slower (its N micro-batches of activations)',
-            'GEMS': 'GEMS keeps one micro-batch per direction in flight; our memory estimate lets it run D = 2 with large B, where its bubbles cost '
-                    'far less than at the paper\'s D = 4',
+            'GEMS': 'GEMS keeps one micro-batch per direction in flight, so its best runs use large B at small D; our memory estimate admits '
+                    'shallower pipelines than the paper ran (D = 4 for Bert-48), where its bubbles cost less',
             'DAPPLE': 'gloo all-reduce over Aries assumed at 8 GB/s and overlapped: the baselines\' larger all-reduces cost them too little'}
 
 # %% ../nbs/09_autotune.ipynb #b7d20008

@@ -6,10 +6,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'ASYNC_SCHEMES', 'sig3', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile',
-           'estimate_profile', 'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'dependency_times',
-           'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction',
-           'label', 'predict', 'resolve_sync', 'predict_spec', 'AsyncScheme', 'predict_async', 'calibrate',
-           'plot_breakdown']
+           'estimate_profile', 'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead',
+           'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped',
+           'Breakdown', 'Prediction', 'label', 'predict', 'resolve_sync', 'predict_spec', 'AsyncScheme',
+           'predict_async', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -409,6 +409,27 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, m.config.vocab_size, (micro_batch_size, s), generator=g)
     return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), micro_batch_size, s, comm, repeats)
+
+# %% ../nbs/08_perf_model.ipynb #f1e0000c
+def _overhead_bench(rank, world, N, repeats):
+    import torch.distributed as dist
+    from chimera_nb.runtime import PipelineRuntime
+    rt = PipelineRuntime(make_schedule('1f1b', world, N), None, emulate=Costs(0.0, 0.0), shapes=(1, 16))
+    ts = []
+    for i in range(repeats + 1):
+        dist.barrier(); t = time.perf_counter(); rt.step(); dist.barrier()
+        if i: ts.append(time.perf_counter() - t)
+    return statistics.median(ts)
+
+# %% ../nbs/08_perf_model.ipynb #f1e0000d
+def measure_overhead(world:int=2, # processes (real ones: launch.launch_local)
+                     N:int=8, repeats:int=7) -> float:
+    "Seconds per point-to-point hop of the runtime on this machine (gloo, dispatch, wake-up), from a 1F1B step with no compute."
+    from chimera_nb.launch import launch_local
+    if not isinstance(world, int) or world < 2: raise ValueError(f"measuring the runtime's overhead needs world >= 2 processes, got {world!r}")
+    step = statistics.median(launch_local(_overhead_bench, world, N, repeats, timeout=300))
+    hops = simulate(lower(make_schedule('1f1b', world, N)), Costs(0.0, 0.0, p2p=1.0)).makespan
+    return step / hops
 
 # %% ../nbs/08_perf_model.ipynb #b350cdde
 def dependency_times(s:Schedule, # a valid schedule
