@@ -9,7 +9,7 @@ __all__ = ['PAPER_NAMES', 'PAPER_SCHEMES', 'PAPER_ALL', 'schedule_choice', 'cand
            'best_per_scheme', 'PaperClaim', 'paper_claims']
 
 # %% ../nbs/09_autotune.ipynb #7fc7de36
-import dataclasses, functools, math, numbers, os, time
+import dataclasses, functools, html, math, numbers, os, time
 from typing import NamedTuple
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -111,6 +111,13 @@ class Tuning:
         "The ranked specs, best first (the asynchronous baselines have none)."
         return [c for c in self.ranking['spec'] if c is not None]
 
+    def _repr_html_(self):
+        "The ten best, then the rejected configurations with their reasons, collapsed (a click opens them)."
+        cols = [c for c in self.ranking.columns if c not in ('spec', 'key', 'method', 'warning')]
+        rej = self.rejected.drop(columns='spec').to_html(index=False)
+        return (f"<p>{html.escape(repr(self))}</p>" + self.ranking[cols].head(10).round(4).to_html() +
+                f"<details><summary>{len(self.rejected)} rejected configurations, with their reasons</summary>{rej}</details>")
+
     def __repr__(self):
         head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
         b = self.best
@@ -201,6 +208,7 @@ def autotune(gpus:int, # P
              spec:PipelineSpec|None=None, # a base spec: its model, dtype, seq_len, sync and hardware (instead of model= / hardware=)
              search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
              search_time:float=5.0, # seconds per searched configuration
+             progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
     if spec is not None:
@@ -213,7 +221,9 @@ def autotune(gpus:int, # P
     import pandas as pd
     t0, ok, bad = time.perf_counter(), [], []
     with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
-        for c, why in candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base):
+        from tqdm.auto import tqdm
+        todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
+        for c, why in tqdm(todo, desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
             p, why = _evaluate(c, prof_at, limit, optimizer, method) if why is None else (None, why)
             if why is None: ok.append(_row(c, p))
             else: bad.append(_rejected(c, p, why))
@@ -244,6 +254,14 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float)
     lim = limit if limit is not None else prof.memory_bytes
     return None if p.memory_per_gpu > lim else _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
 
+# %% ../nbs/09_autotune.ipynb #a7c10006
+def _same_runs(rank):
+    "The ranking with rows that run the same step (GPipe and 1F1B with N <= 1, ...) merged into the first, named in `same_as`."
+    if not len(rank): return rank.assign(same_as='')
+    key = rank[['W', 'D', 'B', 'N', 'recompute']].astype(str).agg(' '.join, axis=1) + ' ' + rank.iteration_s.map(lambda t: f"{t:.9g}") + ' ' + rank.memory_GiB.map(lambda m: f"{m:.6g}")
+    same = rank.groupby(key, sort=False).label.transform(lambda ls: ', '.join(ls.iloc[1:]))
+    return rank.assign(same_as=same)[~key.duplicated()].reset_index(drop=True)
+
 # %% ../nbs/09_autotune.ipynb #27e52656
 def _rejected(c, p, why) -> dict:
     "A rejected row: `c` is a spec, or the fields that made none."
@@ -259,6 +277,7 @@ def _tuning(ok, bad, seconds) -> Tuning:
     # best first; among equal predictions (GPipe and 1F1B at N = D) the one needing less memory
     rank = (rank.assign(_key=(rank.throughput / rank.throughput.max()).round(9) if len(rank) else rank.throughput)
                 .sort_values(['_key', 'memory_GiB'], ascending=[False, True], kind='stable').drop(columns='_key').reset_index(drop=True))
+    rank = _same_runs(rank)
     rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'spec'])
     if (first := next((c for c in rank['spec'] if c is not None), None)) is not None: validate(first.make())
     return Tuning(rank, rej, seconds, len(ok) + len(bad))

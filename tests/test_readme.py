@@ -13,3 +13,17 @@ def test_readme_names_the_demos_files():
     written = {'out/demo-metrics.jsonl', 'out/demo-metrics-timeline.html', 'out/demo-metrics-summary.json'}
     assert "'-timeline.html'" in src and "'-summary.json'" in src   # how the summary names them
     assert named and named <= written, named - written
+
+
+def test_readme_autotune_example_prints_what_the_readme_shows():
+    "The README's planning example, run as a user would paste it: its first pick is the one the README prints (a real pipeline)."
+    import contextlib, io
+    readme = (ROOT / 'README.md').read_text()
+    code = next(b for b in re.findall(r'```python\n(.*?)```', readme, re.S) if 'autotune(' in b)
+    shown = readme[readme.index(code):].split('```\n', 2)[2].split('```')[0]   # the output block right after the example
+    ns, out = {}, io.StringIO()
+    with contextlib.redirect_stdout(out): exec(code, ns)
+    first = ns['tu'].ranking.iloc[0]
+    want = next(l for l in shown.splitlines() if l.startswith('0 ')).split()
+    assert [first.label.split()[0], str(first.W), str(first.D)] == [want[1], want[-8], want[-7]], (first, want)
+    assert ns['tu'].best.D >= 2 and out.getvalue().startswith('Tuning(')
