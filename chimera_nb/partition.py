@@ -130,10 +130,12 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                    loss_fn=None, # loss_fn(output, target) for the last layer (else the backward starts from ones)
                    target=None, # the target for loss_fn
                    repeats:int=3, # timed runs per layer (median)
+                   progress:bool=True, # a tqdm bar when profiling takes over a second
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
+    from tqdm.auto import tqdm
     x, out = sample, []
-    for i, layer in enumerate(layers):
+    for i, layer in enumerate(tqdm(layers, desc='profiling', unit='layer', delay=1.0, leave=False, disable=not progress)):
         params = [p for p in layer.parameters() if p.requires_grad]
         xin = _detached(x) if i > 0 else x
         fw, bw = [], []
