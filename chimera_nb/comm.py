@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch
-from .failures import PipelineFailure, check_positive
+from .failures import PipelineFailure
+from .spec import check_number
 from . import _compat
 
 # %% ../nbs/06e_comm.ipynb #83a10074
@@ -227,7 +228,7 @@ def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in eve
                 timeout:float=120.0, # whole-run limit in seconds
                 **kwargs) -> list:
     "Run `fn` as `world_size` ranks on threads of this process (`ThreadComm`); results by rank, or a `PipelineFailure`."
-    check_positive('world_size', world_size, int, what='a positive integer')
+    check_number('world_size', world_size, int, 1)
     world, results, errors = ThreadWorld(world_size), [None] * world_size, {}
     def body(r):
         comm = threading.current_thread().chimera_comm = ThreadComm(world, r)

@@ -22,7 +22,7 @@ from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
 from .train import TrainConfig, prepare_data, split_batch, provenance
-from .spec import PipelineSpec, check_number
+from .spec import PipelineSpec, SpecError, check_number
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 MODES = ('dp', 'pipeline')
@@ -48,9 +48,8 @@ class InferConfig:
 # %% ../nbs/13_infer.ipynb #7defab98
 def _positive_ints(v, name:str) -> tuple:
     vals = (v,) if isinstance(v, int) else tuple(v)
-    if not vals or any(not isinstance(x, int) or isinstance(x, bool) or x < 1 for x in vals):
-        raise ValueError(f"{name} must be positive integers, got {v!r}")
-    return vals
+    if not vals: raise SpecError(f"{name} must name at least one value, got {v!r}")
+    return tuple(check_number(name, x, int, 1) for x in vals)
 
 def check_infer_config(cfg:InferConfig) -> InferConfig:
     "`cfg` with `ranks` and `batch_sizes` as tuples, or a ValueError naming the bad field and what is allowed."
@@ -59,7 +58,7 @@ def check_infer_config(cfg:InferConfig) -> InferConfig:
     if cfg.schedule not in ('gpipe', 'chimera'): raise ValueError(f"schedule must be 'gpipe' or 'chimera', got {cfg.schedule!r}")
     cfg.ranks, cfg.batch_sizes = _positive_ints(cfg.ranks, 'ranks'), _positive_ints(cfg.batch_sizes, 'batch_sizes')
     for name in ('microbatches', 'seq_len', 'iters'): _positive_ints(getattr(cfg, name), name)
-    if not isinstance(cfg.warmup, int) or cfg.warmup < 0: raise ValueError(f"warmup must be an integer >= 0, got {cfg.warmup!r}")
+    check_number('warmup', cfg.warmup, int, 0)
     check_number('seed', cfg.seed, int, 0, 2**32 - 1); check_number('timeout', cfg.timeout, float, 0.1, 7 * 86400)
     spec = PipelineSpec(model=cfg.model, schedule='1f1b', D=1, N=1, B=1, seq_len=cfg.seq_len)   # the model exists, seq_len fits it
     if spec.family not in (None, 'bert'): raise ValueError(f"model {cfg.model!r} is a {spec.family} model: the benchmark measures BERT")

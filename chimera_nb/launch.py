@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from .failures import PipelineFailure, check_positive
+from .failures import PipelineFailure
+from .spec import check_number
 from .comm import read_failures, report_failure
 from . import _compat
 
@@ -144,8 +145,8 @@ def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in ev
                  grace:float=10.0, # seconds the others get to stop after one fails
                  **kwargs) -> list:
     "Run `fn` in `world_size` local gloo processes; return their results by rank, or raise naming the failed rank."
-    check_positive('world_size', world_size, int, what='a positive integer')
-    check_positive('timeout', timeout, finite=False, what='a positive number of seconds')
+    check_number('world_size', world_size, int, 1)
+    check_number('timeout', timeout, float, 0, open_lo=True, finite=False)
     if dist.is_available() and dist.is_initialized():
         raise RuntimeError("launch_local must run in a process without an initialised process group")
     start_method = start_method or ('fork' if 'fork' in tmp.get_all_start_methods() else 'spawn')

@@ -86,7 +86,7 @@ def small_cnn(in_channels:int=1, # 1 (Fashion-MNIST) or 3 (CIFAR-10)
             nn.Linear(128, num_classes)]
 
 # %% ../nbs/04_models.ipynb #8edf9e9f
-from .spec import Preset, PRESETS, TASKS   # beside the spec, which checks D and seq_len against them without torch
+from .spec import Preset, PRESETS, TASKS, check_number   # beside the spec, which checks D and seq_len against them without torch
 
 # %% ../nbs/04_models.ipynb #cf47d851
 def _wide(x): return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # the loss in at least fp32
@@ -241,7 +241,7 @@ def to_stages(model:ModelLayers, # from `build`
               by='params', # how to balance them: 'params', 'time', 'memory' or boundaries (see `partition`)
               **kw) -> PipelineModel:
     "Split `model` into `stages` stages, its ties mapped to (stage, parameter name)."
-    if not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    check_number('stages', stages, int, 1)
     if stages > len(model.layers):
         raise ValueError(f"{stages} stages need at least {stages} layers; this {model.family} model has {len(model.layers)} "
                          f"(embeddings, {len(model.layers) - 2} blocks, head): use fewer stages or a deeper preset")

@@ -22,7 +22,8 @@ from .simulate import Event, Timeline, Costs
 from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack_message, empty_message, Shapes, HEADER_BYTES
 from .comm import Comm, ChannelComm, current_comm, run_threads, read_failures, report_failure
 from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed
-from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message, check_positive
+from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message
+from .spec import check_number
 
 # %% ../nbs/06_runtime.ipynb #f5dee2a5
 class PendingRecv(NamedTuple):
@@ -137,10 +138,10 @@ def _check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed
     "Refuse bad arguments before any communication, each with what to do instead."
     if not isinstance(schedule, Schedule): raise TypeError(f"schedule must be a Schedule (make_schedule(...)), got {type(schedule).__name__}")
     validate(schedule)
-    check_positive('dp_width', dp_width, int, what='a positive integer')
+    check_number('dp_width', dp_width, int, 1)
     if sync not in SYNC_POLICIES + ('auto',): raise ValueError(f"unknown gradient sync policy {sync!r}: choose one of {SYNC_POLICIES + ('auto',)}")
-    check_positive('lookahead', lookahead, int, what='an integer >= 1 (instructions to post receives ahead)')
-    check_positive('timeout', timeout, what='a positive, finite number of seconds')
+    check_number('lookahead', lookahead, int, 1)
+    check_number('timeout', timeout, float, 0, open_lo=True)
     if emulate is not None and not isinstance(emulate, Costs): raise TypeError(f"emulate must be a Costs, got {type(emulate).__name__}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)): raise TypeError(f"seed must be an int or None, got {seed!r}")
 
@@ -287,7 +288,7 @@ def step(self:PipelineRuntime,
         ) -> float:
     "One training iteration: run this rank's program; return the mean loss over the global batch."
     self._check_alive()
-    if max_norm is not None: check_positive('max_norm', max_norm)
+    check_number('max_norm', max_norm, float, 0, open_lo=True, none=True)
     if optimizer is not None and not hasattr(optimizer, 'step'): raise TypeError(f"optimizer must have a step() method, got {type(optimizer).__name__}")
     st = self._start(self.program, self.compute, inputs, targets, optimizer, max_norm)
     self.compute.zero_grad()

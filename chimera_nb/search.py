@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, make_schedule, chimera_placement, validate, ScheduleError, CHIMERA_CONCAT
 from .simulate import Costs, simulate
+from .spec import check_number
 from fastcore.basics import patch
 
 # %% ../nbs/01a_search.ipynb #f12be9c7
@@ -649,12 +650,11 @@ class SearchResult:
 EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
 def _check_args(D, N, memory, placements, time_limit, method):
-    for v, what in ((D, 'D'), (N, 'N')):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{what} must be a positive integer, got {v!r}")
-    if not memory > 0: raise ValueError(f"memory must be a positive number of activations (Ma), got {memory!r}")
+    check_number('D', D, int, 1); check_number('N', N, int, 1)
+    check_number('memory', memory, float, 0, open_lo=True, finite=False)
     bad = [p for p in placements if p not in PLACEMENTS]
     if bad or not placements: raise ValueError(f"unknown placements {bad or placements!r}: choose from {PLACEMENTS}")
-    if not time_limit > 0: raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    check_number('time_limit', time_limit, float, 0, open_lo=True, finite=False)
     if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
 
 # %% ../nbs/01a_search.ipynb #fa2fc597

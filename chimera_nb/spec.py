@@ -124,14 +124,16 @@ def check_number(what:str, # the field's name, for the message
                  lo:float|None=None, # smallest allowed value
                  hi:float|None=None, # largest allowed value
                  none:bool=False, # None allowed
+                 open_lo:bool=False, # `lo` itself is refused (v > lo): a strictly positive number is lo=0, open_lo=True
+                 finite:bool=True, # False: infinity is allowed (a limit that can be "none"); NaN never is
                 ):
-    "`v` checked: the right type, finite, within [lo, hi]; else a one-line error naming `what`."
+    "`v` checked: the right type, finite (unless `finite=False`), within [lo, hi] ((lo, hi] if `open_lo`); else a one-line `SpecError` naming `what`."
     if v is None and none: return None
     if isinstance(v, bool) or not isinstance(v, numbers.Integral if kind is int else numbers.Real):
         raise SpecError(f"{what} must be {'an integer' if kind is int else 'a number'}, got {type(v).__name__} {v!r}")
     v = int(v) if kind is int else float(v)
-    if not math.isfinite(v): raise SpecError(f"{what} must be finite, got {v}")
-    if lo is not None and v < lo: raise SpecError(f"{what} must be >= {lo:g}, got {v:g}")
+    if math.isnan(v) or (finite and math.isinf(v)): raise SpecError(f"{what} must be finite, got {v}")
+    if lo is not None and (v <= lo if open_lo else v < lo): raise SpecError(f"{what} must be {'>' if open_lo else '>='} {lo:g}, got {v:g}")
     if hi is not None and v > hi: raise SpecError(f"{what} must be <= {hi:g}, got {v:g}")
     return v
 
