@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/train.html.md"""
 
 # %% auto #0
 __all__ = ['DTYPES', 'CHECKPOINT_FORMAT', 'RESUME_FREE', 'PROBE_FIELDS', 'TaskData', 'task_of', 'seq_len_of', 'tokenizer_for',
-           'check_data', 'prepare_data', 'prepare_model', 'split_batch', 'lr_factor', 'config_differences',
+           'check_data', 'prepare_data', 'split_batch', 'prepare_model', 'lr_factor', 'config_differences',
            'save_checkpoint', 'read_manifest', 'verify_checkpoint', 'latest_checkpoint', 'check_resume',
            'load_checkpoint', 'StopFlag', 'forwarding_signals', 'ResourceProbe', 'evaluate_model', 'TrainResult',
            'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'check_outputs', 'train', 'run_command',
@@ -36,6 +36,7 @@ class TaskData:
     num_labels: int = 2           # classes (classify, image)
     model_config: dict = field(default_factory=dict)  # what the model must agree with (e.g. the CNN's input)
 
+# %% ../nbs/07_train.ipynb #c7950afa
 def _family(cfg:TrainConfig) -> str:
     "The model family (a hub model's is read from its config here)."
     from chimera_nb.models import _family_of
@@ -61,6 +62,7 @@ def tokenizer_for(cfg:TrainConfig, texts) -> object:
     if family == 'gpt2' and vocab == 50257: return D.gpt2_tokenizer()
     return D.train_tokenizer(texts, 'wordpiece' if family == 'bert' else 'bpe', vocab_size=vocab)
 
+# %% ../nbs/07_train.ipynb #5745a701
 def check_data(cfg:TrainConfig):
     "Refuse a data name the task cannot read, without loading anything (a SLURM submit asks this before the job starts)."
     task, d = cfg.task or (TASKS[cfg.spec.family][0] if cfg.spec.family else None), cfg.data
@@ -72,6 +74,7 @@ def check_data(cfg:TrainConfig):
     if task in ('mlm', 'clm') and d not in D.CORPORA and os.path.isabs(os.path.expanduser(d)) and not os.path.exists(os.path.expanduser(d)):
         raise SpecError(f"corpus path {d!r} does not exist: check it, or name a built-in corpus ({', '.join(D.CORPORA)})")
 
+# %% ../nbs/07_train.ipynb #83b81dd5
 def prepare_data(cfg:TrainConfig) -> TaskData:
     "The task's training and evaluation examples (cached where they are built), checked to fill a global batch."
     check_data(cfg)   # the names, before anything is loaded
@@ -101,6 +104,12 @@ def _prepare_data(cfg:TrainConfig) -> TaskData:
                              f"micro_batch_size): use smaller batches, a shorter seq_len, or more data")
     return out
 
+# %% ../nbs/07_train.ipynb #ea8c12e7
+def split_batch(batch:dict) -> tuple:
+    "(inputs, targets) of a batch: the labels are the targets, the rest the first stage's input payload."
+    x = {k: v for k, v in batch.items() if k != 'labels'}
+    return (x['pixel_values'] if set(x) == {'pixel_values'} else x), batch['labels']
+
 # %% ../nbs/07_train.ipynb #d6648105
 def prepare_model(cfg:TrainConfig, td:TaskData, schedule):
     "The model split into the schedule's stages (every rank builds the same one from the seed)."
@@ -116,11 +125,6 @@ def prepare_model(cfg:TrainConfig, td:TaskData, schedule):
     if cfg.spec.dtype == 'float64':
         for st in pm.stages: st.double()
     return pm
-
-def split_batch(batch:dict) -> tuple:
-    "(inputs, targets) of a batch: the labels are the targets, the rest the first stage's input payload."
-    x = {k: v for k, v in batch.items() if k != 'labels'}
-    return (x['pixel_values'] if set(x) == {'pixel_values'} else x), batch['labels']
 
 # %% ../nbs/07_train.ipynb #30db8989
 def lr_factor(cfg:TrainConfig, step:int) -> float:
@@ -160,6 +164,7 @@ def _split(obj, prefix:str, tensors:dict):
     if obj is None or isinstance(obj, (bool, int, float, str)): return obj
     raise TypeError(f"checkpoint: cannot store a {type(obj).__name__} at {prefix} without pickle")
 
+# %% ../nbs/07_train.ipynb #f69fc78f
 def _join(obj, tensors:dict):
     "The inverse of `_split`."
     if isinstance(obj, dict):
@@ -208,6 +213,7 @@ def read_manifest(d:Path) -> tuple:
           and all(isinstance(r, dict) and isinstance(r.get('size'), int) and isinstance(r.get('sha256'), str) for r in files.values()))
     return (m, None) if ok else (None, "its manifest is malformed (step, world, config or a file's size and hash missing)")
 
+# %% ../nbs/07_train.ipynb #a8e6d02f
 def verify_checkpoint(d:Path, world:int, schedule_text:str) -> str|None:
     "Why checkpoint folder `d` cannot be used by this run (None: it is complete and intact)."
     m, why = read_manifest(d)
@@ -232,6 +238,7 @@ def latest_checkpoint(cfg:TrainConfig, world:int, schedule_text:str) -> tuple:
         skipped.append(f"{d.name}: {why}")
     return None, skipped
 
+# %% ../nbs/07_train.ipynb #7c450131
 def check_resume(cfg:TrainConfig) -> int|None:
     "Refuse to resume a checkpoint of another run (one line: the fields, and how to go on); the newest manifest's step."
     root = Path(cfg.checkpoint_dir)
@@ -260,6 +267,7 @@ def _read_state(d:Path, rank:int, files:dict, device) -> dict:
         raise SpecError(f"checkpoint {d} holds a file that is not a chimera_nb checkpoint ({type(e).__name__}): "
                         f"resume from another checkpoint_dir") from e
 
+# %% ../nbs/07_train.ipynb #909d2166
 def load_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched) -> int:
     "Restore the newest intact checkpoint that rank 0 finds (all ranks take the same); return its step (0: none)."
     d, skipped = latest_checkpoint(cfg, rt.world, rt.schedule.to_text()) if rt.rank == 0 else (None, [])
@@ -362,6 +370,7 @@ class TrainResult:
 class TrainingDiverged(FloatingPointError):
     "Steps in a row had a non-finite loss or gradient norm; the run stopped and kept its last good checkpoint."
 
+# %% ../nbs/07_train.ipynb #a6d2a7f6
 class MetricsLog:
     "Rank 0's JSON-lines metrics (appended, so a resumed run continues the file)."
     def __init__(self, path): self.path = Path(path) if path else None
@@ -377,6 +386,7 @@ def _quiet():
         import transformers, huggingface_hub
         transformers.utils.logging.disable_progress_bar(); huggingface_hub.utils.disable_progress_bars()
 
+# %% ../nbs/07_train.ipynb #431e2f05
 def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     "Data, model, runtime, optimizer and learning-rate schedule of this rank."
     if world != cfg.world_size:
@@ -393,6 +403,16 @@ def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_factor(cfg, t))
     return td, pm, rt, opt, sched
 
+# %% ../nbs/07_train.ipynb #fa88b032
+def _optimizer_step(rt:PipelineRuntime, opt, cfg:TrainConfig, x, y) -> tuple:
+    "(loss, gradient norm, None) after one update, or (nan, nan, the NonFiniteLossError) when it was refused."
+    try:
+        loss = rt.step(x, y)
+        norm = clip_grad_norm_(rt, cfg.clip_grad or math.inf)
+    except NonFiniteLossError as e: return float('nan'), float('nan'), e
+    opt.step()
+    return loss, norm, None
+
 # %% ../nbs/07_train.ipynb #92053db6
 def train_rank(rank:int, world:int, # this process's rank and the world size (given by launch_local, or read from the env)
                cfg:TrainConfig, td:TaskData|None=None, on_step=None) -> TrainResult:
@@ -405,37 +425,28 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
     bar = _bar(cfg, start) if rank == 0 else None
     losses, ev, times, t_run = [], {}, [], time.perf_counter()
     step, skips = start, 0
-    while step < cfg.steps:
-        if on_step is not None: on_step(step, rt)
-        t0 = time.perf_counter()
-        x, y = split_batch(D.shard(D.global_batch(td.train, step, cfg.global_batch_size, cfg.seed), rt.dp_rank, cfg.spec.W))
-        try:
-            loss = rt.step(x, y)
-            norm = clip_grad_norm_(rt, cfg.clip_grad or math.inf)
-            opt.step(); skipped = False
-        except NonFiniteLossError as e:  # the same on every rank: skip the update; stop after max_skips in a row
-            loss, norm, skipped, skips = float('nan'), float('nan'), True, skips + 1
-            if skips >= cfg.max_skips:
-                if bar is not None: bar.close()
-                return TrainResult(step, False, losses, ev, {}, _diverged(cfg, step, skips, e))
-            warnings.warn(str(e))
-        else: skips = 0
-        sched.step(); step += 1
-        times.append(time.perf_counter() - t0)
-        ranks = rt.all_gather_floats([stop.raised, rt.stats.get('peak_saved_bytes', 0)] + probe.sample())
-        losses.append((step - 1, loss))
-        if rank == 0:
-            _report(log, cfg, rt, td, step, loss, norm, skipped, times[-1], ranks, opt)
-            if bar is not None: bar.update(1); bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{cfg.global_batch_size / times[-1]:.1f}")
-        if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
-            ev = evaluate_model(cfg, rt, td); log.write(event='eval', step=step, **ev)
-        asked = any(v[0] for v in ranks)
-        if cfg.checkpoint_dir and (asked or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-            save_checkpoint(cfg, rt, opt, sched, step)
-        if asked:
-            if bar is not None: bar.close()
-            return TrainResult(step, True, losses, ev, {})
-    if bar is not None: bar.close()
+    try:
+        while step < cfg.steps:
+            if on_step is not None: on_step(step, rt)
+            t0 = time.perf_counter()
+            x, y = split_batch(D.shard(D.global_batch(td.train, step, cfg.global_batch_size, cfg.seed), rt.dp_rank, cfg.spec.W))
+            loss, norm, err = _optimizer_step(rt, opt, cfg, x, y)
+            skips = skips + 1 if err else 0   # the same on every rank: skip the update; stop after max_skips in a row
+            if err and skips >= cfg.max_skips: return TrainResult(step, False, losses, ev, {}, _diverged(cfg, step, skips, err))
+            if err: warnings.warn(str(err))
+            sched.step(); step += 1
+            times.append(time.perf_counter() - t0)
+            ranks = rt.all_gather_floats([stop.raised, rt.stats.get('peak_saved_bytes', 0)] + probe.sample())
+            losses.append((step - 1, loss))
+            if rank == 0: _report(log, bar, cfg, rt, td, step, loss, norm, err is not None, times[-1], ranks, opt)
+            if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
+                ev = evaluate_model(cfg, rt, td); log.write(event='eval', step=step, **ev)
+            asked = any(v[0] for v in ranks)
+            if cfg.checkpoint_dir and (asked or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
+                save_checkpoint(cfg, rt, opt, sched, step)
+            if asked: return TrainResult(step, True, losses, ev, {})
+    finally:
+        if bar is not None: bar.close()
     ev = evaluate_model(cfg, rt, td)
     log.write(event='eval', step=step, **ev)
     summary = _summary(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile) if rank == 0 else {}
@@ -448,20 +459,24 @@ def _diverged(cfg, step, skips, e) -> str:
     return (f"stopped at step {step + 1}: {skips} steps in a row had no finite update (last: {e}){kept}. Likely cause: a learning "
             f"rate too high for this model (lr={cfg.lr:g}, clip_grad={cfg.clip_grad}) or non-finite input data: lower lr or clip_grad")
 
+# %% ../nbs/07_train.ipynb #bdbd3535
 def _bar(cfg, start):
     if not cfg.progress: return None
     from tqdm.auto import tqdm
     return tqdm(total=cfg.steps, initial=start, desc=f"{cfg.spec.label} D={cfg.spec.D} W={cfg.spec.W}", unit='step')
 
-def _report(log, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
-    "Rank 0's metrics line of one step."
+# %% ../nbs/07_train.ipynb #e7667224
+def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
+    "Rank 0's metrics line of one step (and its progress bar)."
     tl = rt.timeline
     per_rank = {k: [r[2 + i] for r in ranks] for i, k in enumerate(PROBE_FIELDS)}
     log.write(step=step, spec_key=cfg.spec.key(), loss=loss, lr=opt.param_groups[0]['lr'], grad_norm=norm, skipped=skipped, step_time=dt,
               samples_per_s=cfg.global_batch_size / dt, tokens_per_s=cfg.global_batch_size * td.tokens_per_example / dt,
               bubble=tl.bubble_ratio if tl is not None else None, saved_activation_bytes=[r[1] for r in ranks],
               **{k: [None if math.isnan(v) else v for v in vs] for k, vs in per_rank.items()})
+    if bar is not None: bar.update(1); bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{cfg.global_batch_size / dt:.1f}")
 
+# %% ../nbs/07_train.ipynb #c3455abd
 def _profile(cfg, pm, td, rt):
     "Per-stage costs measured on one micro-batch before training (rank 0, which has built every stage): the prediction."
     from chimera_nb.partition import profile_layers
@@ -512,6 +527,7 @@ def check_outputs(cfg:TrainConfig):
             with tempfile.NamedTemporaryFile(dir=p): pass
         except OSError as e: raise SpecError(f"{what}: cannot write into {str(p)!r} ({e.strerror or e}): choose a writable folder") from e
 
+# %% ../nbs/07_train.ipynb #8b82c28e
 def _check_env():
     "A torchrun / srun environment is there, and its variables are numbers."
     if not ({'RANK', 'WORLD_SIZE'} <= set(os.environ) or 'SLURM_PROCID' in os.environ):
@@ -543,6 +559,7 @@ def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     if res.error: raise TrainingDiverged(res.error)
     return res
 
+# %% ../nbs/07_train.ipynb #81c6022b
 def run_command(cfg:TrainConfig) -> int:
     "Run `cfg` as the `chimera-train` command does; the exit code (0 done, 75 stopped with a checkpoint, 2 bad input, 3 diverged, 1 failed)."
     try: res = train(cfg)
@@ -558,6 +575,7 @@ def run_command(cfg:TrainConfig) -> int:
     if res.summary: print(json.dumps({k: v for k, v in res.summary.items() if k not in ('config', 'spec')}, default=str))
     return 0
 
+# %% ../nbs/07_train.ipynb #c1f56346
 def main(argv=None) -> int:
     "`python -m chimera_nb.train`: the same as `chimera-train` (flags parsed by `spec.main`, without torch)."
     from chimera_nb.spec import main as spec_main
