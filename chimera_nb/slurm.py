@@ -17,7 +17,7 @@ from fastcore.basics import patch
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NamedTuple
-from .spec import PipelineSpec, TrainConfig, SpecError, layouts, parse_config, EXIT_REQUEUE
+from .spec import PipelineSpec, TrainConfig, SpecError, layouts, parse_config, EXIT_REQUEUE, check_number
 
 # %% ../nbs/10_slurm.ipynb #11da2988
 ALLOWED = {  # field kind: (regular expression, what the message says is allowed)
@@ -55,6 +55,7 @@ def time_seconds(t:str|int # a SLURM time limit ('30', '1:00:00', '2-12:00:00') 
     if secs <= 0: raise ValueError(f"time {t!r} must be more than 0 seconds")
     return secs
 
+# %% ../nbs/10_slurm.ipynb #dab8dee7
 def slurm_time(secs:int) -> str:
     "`D-HH:MM:SS` for a number of seconds."
     d, r = divmod(int(secs), 86400)
@@ -100,13 +101,14 @@ class SlurmJob:
             if self.name is None: self.name = run_name(self.train.spec)
             if self.run_dir is None: self.run_dir = f'runs/{self.name}-{self.train.spec.key()[:6]}'
 
-    @property
-    def world(self) -> int: return self.train.world_size
+# %% ../nbs/10_slurm.ipynb #08b2afe1
+@patch(as_prop=True)
+def world(self:SlurmJob) -> int: return self.train.world_size
 
-    @property
-    def ntasks_per_node(self) -> int:
-        if self.tasks_per_node: return self.tasks_per_node
-        return self.gpus_per_node or -(-self.world // self.nodes)
+@patch(as_prop=True)
+def ntasks_per_node(self:SlurmJob) -> int:
+    if self.tasks_per_node: return self.tasks_per_node
+    return self.gpus_per_node or -(-self.world // self.nodes)
 
 # %% ../nbs/10_slurm.ipynb #37e00e25
 PRESETS = {
@@ -127,10 +129,9 @@ def preset(which:str, # a key of PRESETS
 # %% ../nbs/10_slurm.ipynb #c23d054e
 def _check_ints(job):
     for n in ('nodes', 'cpus_per_task', 'max_restarts', 'signal_before', 'gpus_per_node'):
-        v = getattr(job, n)
-        if isinstance(v, bool) or not isinstance(v, int): raise TypeError(f"{n} must be an int, got {v!r}")
-        if v < (1 if n in ('nodes', 'cpus_per_task') else 0): raise ValueError(f"{n} must be >= {1 if n in ('nodes', 'cpus_per_task') else 0}, got {v}")
+        check_number(n, getattr(job, n), int, 1 if n in ('nodes', 'cpus_per_task') else 0)
 
+# %% ../nbs/10_slurm.ipynb #ae402a45
 def _check_strings(job):
     check_value('name', job.name, 'name'); check_value('run_dir', str(job.run_dir), 'path'); check_value('python', job.python, 'path')
     for n in ('partition', 'account', 'qos', 'gpu_type'):
@@ -146,6 +147,7 @@ def _check_strings(job):
         if not isinstance(line, str) or '\n' in line or '\r' in line or '\0' in line:
             raise ValueError(f"setup lines are one line each (no newlines), got {line!r}")
 
+# %% ../nbs/10_slurm.ipynb #5d77341f
 def check_job(job:SlurmJob) -> SlurmJob:
     "Refuse a job description that cannot run, with what is allowed; return it."
     if not isinstance(job, SlurmJob): raise TypeError(f"expected a SlurmJob, got {type(job).__name__}")
@@ -194,6 +196,7 @@ def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list
     L += [f'#SBATCH {e}' for e in job.extra]
     return L
 
+# %% ../nbs/10_slurm.ipynb #1e480066
 def _layout_comment(job:SlurmJob) -> list:
     L = [f'# spec {job.train.spec.key()}: {job.train.spec}',
          f'# rank layout: W={job.train.spec.W} pipelines x D={job.train.spec.D} stages = {job.world} ranks, '
@@ -223,6 +226,7 @@ def _environment(job:SlurmJob) -> list:
     if job.gpus_per_node: L += ['export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}']
     return L
 
+# %% ../nbs/10_slurm.ipynb #f9479c9e
 def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     q = shlex.quote
     L = ['case "${SLURM_ARRAY_TASK_ID:-none}" in']
@@ -264,6 +268,7 @@ def render(job:SlurmJob, # the job (checked here)
 class SlurmError(RuntimeError):
     "SLURM is not here, or refused the request (the message quotes the scheduler)."
 
+# %% ../nbs/10_slurm.ipynb #23288d2c
 def _need(cmd:str) -> str:
     exe = shutil.which(cmd)
     if exe is None:
@@ -272,6 +277,7 @@ def _need(cmd:str) -> str:
                          f"and sbatch it on a login node.")
     return exe
 
+# %% ../nbs/10_slurm.ipynb #a67c8e49
 def _slurm(*args, check=True, timeout=60) -> subprocess.CompletedProcess:
     "Run a SLURM command (argument list, no shell)."
     p = subprocess.run([_need(args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout)
@@ -291,6 +297,7 @@ def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
     d['train'] = job.train.to_dict()
     return dict(job_id=job_id, submitted=time.time(), spec_key=job.train.spec.key(), job=d, configs=[c.to_dict() for c in configs])
 
+# %% ../nbs/10_slurm.ipynb #9f802725
 def _check_reuse(run:Path, configs:list):
     "A run folder holding checkpoints: the same run resumes them (with a warning); another run is refused before sbatch."
     from chimera_nb.train import check_resume
@@ -303,6 +310,7 @@ def _check_reuse(run:Path, configs:list):
             import warnings
             warnings.warn(f"{ck} holds checkpoints up to step {step}: this job resumes them; give a fresh run_dir for a new run")
 
+# %% ../nbs/10_slurm.ipynb #db1844d8
 def submit(job:SlurmJob, # the job
            configs:list|None=None, # an array: one TrainConfig per task
            dry_run:bool=False # write the script, do not submit
@@ -356,6 +364,7 @@ def _task(d:dict) -> TaskState:
     return TaskState(jid, d.get('JobState', 'UNKNOWN'), d.get('Reason', 'None'), d.get('RunTime', ''), int(d.get('Restarts', 0) or 0),
                      d.get('ExitCode', ''), d.get('NodeList', '(null)'))
 
+# %% ../nbs/10_slurm.ipynb #15fd5840
 class Job:
     "A submitted job: state, log, metrics, wait, cancel. Reattach with `Job.attach(job_id or run folder)`."
     def __init__(self, job_id:str, run_dir):
@@ -373,7 +382,8 @@ class Job:
         return cls(str(what), info[0].get('WorkDir', '.'))
 
 # %% ../nbs/10_slurm.ipynb #251f7722
-def _tasks(self:Job) -> list:
+@patch
+def tasks(self:Job) -> list:
     "Every task of this job, as SLURM (or, when SLURM has forgotten it, the run folder) reports it."
     p = _slurm('scontrol', '-o', 'show', 'job', self.job_id, check=False) if shutil.which('scontrol') else None
     if p is not None and p.returncode == 0 and p.stdout.strip(): return [_task(d) for d in parse_scontrol(p.stdout)]
@@ -387,19 +397,20 @@ def _tasks(self:Job) -> list:
         return [TaskState(self.job_id, 'COMPLETED' if last[2] == '0' else 'FAILED', 'None', '', int(last[1]), f"{last[2]}:0", '')
                 for last in (c.read_text().split('\n')[-2].split() for c in codes)]
     raise SlurmError(f"job {self.job_id}: unknown to scontrol and sacct, and {self.run_dir} holds no exit codes")
-Job.tasks = _tasks
 
-def _state(self:Job) -> str:
+# %% ../nbs/10_slurm.ipynb #b489c310
+@patch(as_prop=True)
+def state(self:Job) -> str:
     "The job's state; for an array, the least finished of its tasks."
     ts = self.tasks()
     live = [t.state for t in ts if t.state not in FINAL]
     return live[0] if live else ('COMPLETED' if all(t.state == 'COMPLETED' for t in ts) else next(t.state for t in ts if t.state != 'COMPLETED'))
-Job.state = property(_state)
 
 # %% ../nbs/10_slurm.ipynb #5b3a21b1
 FAILED = ('FAILED', 'TIMEOUT', 'OUT_OF_MEMORY', 'NODE_FAIL', 'BOOT_FAIL', 'DEADLINE')
 
-def _wait(self:Job, timeout:float|None=None, # seconds (None: until it ends)
+@patch
+def wait(self:Job, timeout:float|None=None, # seconds (None: until it ends)
           poll:float=30.0, max_poll:float=300.0, # the first and the longest interval between polls
           on_poll=None, # called with the tasks after every poll (a notebook display)
           check:bool=True, # raise a SlurmError with the log's last error lines when the job failed
@@ -415,30 +426,32 @@ def _wait(self:Job, timeout:float|None=None, # seconds (None: until it ends)
         if deadline is not None and time.monotonic() + delay > deadline:
             raise TimeoutError(f"job {self.job_id} still {', '.join(sorted({t.state for t in ts}))} after {timeout} s")
         time.sleep(delay); delay = min(max_poll, delay * 1.5)
-Job.wait = _wait
 
-def _cancel(self:Job, signal:str|None=None) -> None:
+# %% ../nbs/10_slurm.ipynb #51aa0f2d
+@patch
+def cancel(self:Job, signal:str|None=None) -> None:
     "scancel the job (all its array tasks); with `signal` ('USR1'), only signal it: it checkpoints and requeues."
     args = ['scancel'] + ([f'--signal={check_value("signal", signal, "name")}'] if signal else []) + [self.job_id]  # to the ranks, not the script
     _slurm(*args)
-Job.cancel = _cancel
 
 # %% ../nbs/10_slurm.ipynb #06b23d64
-def _log(self:Job, n:int=40) -> str:
+@patch
+def log(self:Job, n:int=40) -> str:
     "The last `n` lines of the job's log(s) (every array task's, each under its name)."
     files = sorted(self.run_dir.glob('slurm-*.out'))
     if not files: return f"(no log yet in {self.run_dir})"
     parts = [(f.name, f.read_text(errors='replace').splitlines()[-n:]) for f in files]
     return '\n'.join(('' if len(parts) == 1 else f"== {name}\n") + '\n'.join(lines) for name, lines in parts)
-Job.log = _log
 
-def _last_error(self:Job, n:int=3) -> str:
+# %% ../nbs/10_slurm.ipynb #7a383c3b
+@patch
+def last_error(self:Job, n:int=3) -> str:
     "The log's last lines that say what went wrong (error, Error, Traceback's last line, chimera_nb's own), joined."
     lines = [l.strip() for l in self.log(400).splitlines() if l.strip()]
     bad = [l for l in lines if re.search(r'error|Error|chimera_nb:|Killed|CANCELLED|DUE TO', l)]
     return ' | '.join((bad or lines)[-n:]) or f"(no log in {self.run_dir})"
-Job.last_error = _last_error
 
+# %% ../nbs/10_slurm.ipynb #38b4739f
 def read_metrics(run_dir) -> 'pd.DataFrame':
     "Every per-step metrics row of a run folder (an array's tasks with a `task` column)."
     import pandas as pd
@@ -450,7 +463,9 @@ def read_metrics(run_dir) -> 'pd.DataFrame':
             except ValueError: continue  # a line being written
             if 'event' not in r: rows.append(dict(task=task, **r))
     return pd.DataFrame(rows)
-Job.metrics = lambda self: read_metrics(self.run_dir)
+
+@patch
+def metrics(self:Job) -> 'pd.DataFrame': return read_metrics(self.run_dir)
 
 # %% ../nbs/10_slurm.ipynb #2c698585
 def collect(run_dir) -> 'pd.DataFrame':
@@ -471,6 +486,7 @@ def _status_html(ts:list) -> str:
                    f"<td>{t.nodes}</td></tr>" for t in ts)
     return f"<table><tr><th>job</th><th>state</th><th>reason</th><th>elapsed</th><th>restarts</th><th>nodes</th></tr>{rows}</table>"
 
+# %% ../nbs/10_slurm.ipynb #d9440e39
 class JobWatch:
     "A widget that follows a `Job`: state table, log tail, loss curve (one line per array task)."
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
@@ -505,20 +521,29 @@ class JobWatch:
         self._seen = len(m)
         return self._seen
 
-    def _tail_metrics(self, every):
-        while not self._stop.wait(every) and not self.ended: self.plot_metrics()
+# %% ../nbs/10_slurm.ipynb #6b86f90c
+@patch
+def _tail_metrics(self:JobWatch, every):
+    while not self._stop.wait(every) and not self.ended: self.plot_metrics()
 
-    def _loop(self, delay, max_poll):
-        while not self._stop.wait(delay):
-            if self.refresh(): break
-            delay = min(max_poll, delay * 1.5)
+@patch
+def _loop(self:JobWatch, delay, max_poll):
+    while not self._stop.wait(delay):
+        if self.refresh(): break
+        delay = min(max_poll, delay * 1.5)
 
-    def stop(self): self._stop.set()
-    def _ipython_display_(self):
-        from IPython.display import display
-        display(self.widget)
+@patch
+def stop(self:JobWatch): self._stop.set()
 
-Job.watch = lambda self, poll=30.0, max_poll=300.0, metrics_every=2.0: JobWatch(self, poll, max_poll, metrics_every=metrics_every)
+@patch
+def _ipython_display_(self:JobWatch):
+    from IPython.display import display
+    display(self.widget)
+
+@patch
+def watch(self:Job, poll=30.0, max_poll=300.0, metrics_every=2.0) -> JobWatch:
+    "Follow the job in the notebook (see `JobWatch`)."
+    return JobWatch(self, poll, max_poll, metrics_every=metrics_every)
 
 # %% ../nbs/10_slurm.ipynb #e4346fef
 def schedule_configs(cfg:TrainConfig, schedules=('chimera', '1f1b', 'gpipe')) -> list:
@@ -533,6 +558,7 @@ def scaling_configs(cfg:TrainConfig, gpus=(1, 2, 4, 8)) -> list:
         out.append(cfg.replace(D=D, W=g // D, schedule=cfg.spec.schedule if D > 1 else '1f1b'))
     return out
 
+# %% ../nbs/10_slurm.ipynb #560fcf3d
 def sweep_jobs(base:SlurmJob, configs:list) -> list:
     "[(job, configs)]: one array per world size, each in `run_dir/w<world>`; nodes filled up to `base`'s GPUs (tasks) per node."
     groups = {}
@@ -547,6 +573,7 @@ def sweep_jobs(base:SlurmJob, configs:list) -> list:
         out.append((check_job(job), cs))
     return out
 
+# %% ../nbs/10_slurm.ipynb #856b01ad
 def submit_sweep(base:SlurmJob, configs:list, dry_run:bool=False) -> list:
     "Submit every array of the sweep; return their `Job`s (script paths when `dry_run`)."
     return [submit(j, cs if len(cs) > 1 else None, dry_run=dry_run) for j, cs in sweep_jobs(base, configs)]
@@ -596,6 +623,7 @@ def _job_from_args(a, train_argv) -> SlurmJob:
     if a.no_requeue: changes['requeue'] = False
     return preset(a.preset, train, **changes)
 
+# %% ../nbs/10_slurm.ipynb #ac603022
 def main(argv=None) -> int:
     "The `chimera-slurm` command."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -685,6 +713,7 @@ def job_description(self:JobForm) -> SlurmJob:
     res = {k: (v[k] or None) for k in ('partition', 'account', 'qos')}
     return preset(v['preset'], train, nodes=v['nodes'], gpus_per_node=v['gpus_per_node'], time=v['time'], run_dir=v['run_dir'], **res)
 
+# %% ../nbs/10_slurm.ipynb #83a2a8e0
 @patch
 def show(self:JobForm) -> str|None:
     "Render into the output area; the script, or None (the reason is shown)."
@@ -707,7 +736,10 @@ def submit(self:JobForm):
         self.watch = self.job.watch(); from IPython.display import display; display(self.watch.widget)
     return self.job
 
-JobForm._ipython_display_ = lambda self: __import__('IPython.display', fromlist=['display']).display(self.widget)
+@patch
+def _ipython_display_(self:JobForm):
+    from IPython.display import display
+    display(self.widget)
 
 def job_form(train:TrainConfig|None=None, job:SlurmJob|None=None) -> JobForm:
     "A form that fills a job description, shows its script, submits and monitors."
