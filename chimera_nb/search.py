@@ -374,7 +374,7 @@ def run(self:_Lister) -> list|None:
         self.start(r, item[2], t); done += 1
     return self.orders
 
-# %% ../nbs/01a_search.ipynb #236d484f
+# %% ../nbs/01a_search.ipynb #022775af
 def list_order(p:Problem, pol:Policy=Policy()) -> list|None:
     "Per-rank orders built by memory-aware list scheduling under rule `pol`; None when the rule stalls."
     return _Lister(p, pol).run()
@@ -403,7 +403,7 @@ def _deps(a:Action, S:int) -> list:
     if k == 'W': return [Action('B', st, mb, pp)]
     return [Action('F', st, mb, pp)] + ([Action('B', st + 1, mb, pp)] if st < S - 1 else [])
 
-# %% ../nbs/01a_search.ipynb #88692df5
+# %% ../nbs/01a_search.ipynb #5c82956a
 def _memory_binds(p:Problem, r:int) -> bool:
     "Whether the memory limit can bind on rank `r` (more forwards than slots)."
     return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
@@ -525,7 +525,7 @@ def _descend(orders:list, p:Problem, best:tuple, t_end:float, rng:random.Random)
         if not better: break
     return best
 
-# %% ../nbs/01a_search.ipynb #9e04d44f
+# %% ../nbs/01a_search.ipynb #5d84cfa0
 def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3,
             target:float=0.0, # stop once the makespan is down to this (a lower bound)
            ) -> list:
@@ -703,7 +703,7 @@ def _as_schedule(f:_Found) -> Schedule:
     sh = f.p.shape
     return validate(dataclasses.replace(sh, orders=[list(o) for o in f.orders], options=dict(placement=f.p.placement)))
 
-# %% ../nbs/01a_search.ipynb #b40ade06
+# %% ../nbs/01a_search.ipynb #520cc84b
 def _tables(rows:list, found:dict, res:dict):
     "(compared, placements) DataFrames of the fixed schedules that fit and of each searched placement."
     import pandas as pd
