@@ -32,7 +32,7 @@ class BertEmbed(nn.Module):
         am = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         return h, create_bidirectional_mask(config=self.config, inputs_embeds=h, attention_mask=am, allow_is_bidirectional_skip=False)
 
-# %% ../nbs/04_models.ipynb #c0edc69e
+# %% ../nbs/04_models.ipynb #7ce1e9d0
 class BertBlock(nn.Module):
     "One BERT layer: (h, mask) -> (h, mask)."
     def __init__(self, layer:nn.Module): super().__init__(); self.layer = layer
@@ -64,7 +64,7 @@ class GPT2Embed(nn.Module):
                                   position_ids=pos, allow_is_causal_skip=False)
         return self.drop(e + self.wpe(pos)), mask
 
-# %% ../nbs/04_models.ipynb #d36e0691
+# %% ../nbs/04_models.ipynb #6c734411
 class GPT2BlockLayer(nn.Module):
     "One GPT-2 block: (h, mask) -> (h, mask)."
     def __init__(self, block:nn.Module): super().__init__(); self.block = block
@@ -97,7 +97,7 @@ def token_loss(logits, labels):
     n = (lab != -100).sum()
     return F.cross_entropy(_wide(flat), lab, ignore_index=-100, reduction='sum') / n.clamp(min=1)
 
-# %% ../nbs/04_models.ipynb #dc263061
+# %% ../nbs/04_models.ipynb #93ff86b1
 def causal_lm_loss(logits, labels):
     "Next-token loss: position t predicts labels[t+1] (labels are the input ids, -100 on padding)."
     return token_loss(logits[:, :-1], labels[:, 1:])
@@ -124,7 +124,7 @@ class ModelLayers:
         dup = sum(self.layers[i].get_parameter(n).numel() for key, places in self.ties.items() for i, n in places[1:])
         return sum(p.numel() for l in self.layers for p in l.parameters()) - dup
 
-# %% ../nbs/04_models.ipynb #2451b454
+# %% ../nbs/04_models.ipynb #4adc7cc7
 _BUILD = threading.Lock()  # threads share torch's global RNG: one model construction at a time
 
 @contextlib.contextmanager
@@ -150,7 +150,7 @@ def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed
                              f"(no network here); give a local path (e.g. the MiniLM BERT the project installs), or a "
                              f"preset: {', '.join(PRESETS)}") from e
 
-# %% ../nbs/04_models.ipynb #baf44acb
+# %% ../nbs/04_models.ipynb #2170cd30
 @contextlib.contextmanager
 def _quiet_transformers():
     "transformers' load report lists the new head's weights as missing: expected when fine-tuning, so only errors show."
@@ -159,7 +159,7 @@ def _quiet_transformers():
     try: yield
     finally: tl.set_verbosity(old)
 
-# %% ../nbs/04_models.ipynb #0014565f
+# %% ../nbs/04_models.ipynb #030582b1
 def _bert_layers(m, task):
     enc = m.bert
     layers = [BertEmbed(enc.embeddings, m.config)] + [BertBlock(l) for l in enc.encoder.layer]
@@ -171,7 +171,7 @@ def _gpt2_layers(m, task):
     layers = [GPT2Embed(t.wte, t.wpe, t.drop, m.config)] + [GPT2BlockLayer(b) for b in t.h]
     return layers + [GPT2Head(t.ln_f, m.lm_head)], {'embeddings': [(0, 'wte.weight'), (len(layers), 'lm_head.weight')]}
 
-# %% ../nbs/04_models.ipynb #4cb2be8a
+# %% ../nbs/04_models.ipynb #96d9d531
 def _family_of(path) -> str:
     from transformers import AutoConfig
     try: t = AutoConfig.from_pretrained(path).model_type
