@@ -51,6 +51,7 @@ def _positive_ints(v, name:str) -> tuple:
     if not vals: raise SpecError(f"{name} must name at least one value, got {v!r}")
     return tuple(check_number(name, x, int, 1) for x in vals)
 
+# %% ../nbs/13_infer.ipynb #68c07794
 def check_infer_config(cfg:InferConfig) -> InferConfig:
     "`cfg` with `ranks` and `batch_sizes` as tuples, or a ValueError naming the bad field and what is allowed."
     if cfg.mode not in MODES: raise ValueError(f"mode must be one of {MODES}, got {cfg.mode!r}")
@@ -76,6 +77,7 @@ def _train_config(cfg:InferConfig, batch:int) -> TrainConfig:
     spec = PipelineSpec(model=cfg.model, schedule='1f1b', D=1, N=1, B=batch, seq_len=cfg.seq_len)
     return TrainConfig(spec, task='classify', data='reuters-r8', seed=cfg.seed, progress=False)
 
+# %% ../nbs/13_infer.ipynb #0c0fa2bc
 def inputs_for(cfg:InferConfig, batch:int, td=None) -> tuple:
     "(inputs, labels, task data) of one batch of `batch` sequences of `cfg.seq_len` tokens."
     td = td or prepare_data(_train_config(cfg, batch))
@@ -86,6 +88,7 @@ def inputs_for(cfg:InferConfig, batch:int, td=None) -> tuple:
 def _sync(device):
     if device.type == 'cuda': torch.cuda.synchronize(device)
 
+# %% ../nbs/13_infer.ipynb #17188519
 def timed(fn, warmup:int, iters:int, device) -> list:
     "Seconds of each of `iters` calls of `fn` after `warmup` untimed ones."
     for _ in range(warmup): fn()
@@ -99,6 +102,7 @@ def _device() -> torch.device:
     if torch.cuda.is_available(): return torch.device('cuda', int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count())
     return torch.device('cpu')
 
+# %% ../nbs/13_infer.ipynb #0a317cdc
 def dp_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> list:
     "Time the whole model on `batch` sequences in this process; return the batch times."
     dev = _device()
@@ -137,6 +141,7 @@ class InferRow:
     peak_mem_mb: float       # rank 0's peak memory
     device: str
 
+# %% ../nbs/13_infer.ipynb #f5f41cc8
 def _gather(ts:list, world:int) -> list:
     "Every rank's batch times, on every rank."
     if world == 1 or not dist.is_initialized(): return [ts]
@@ -144,6 +149,7 @@ def _gather(ts:list, world:int) -> list:
     dist.all_gather_object(out, ts)
     return out
 
+# %% ../nbs/13_infer.ipynb #7c182468
 def measure_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> InferRow|None:
     "Run this rank's loop; rank 0 returns the row, the others None."
     fn = dp_rank if cfg.mode == 'dp' else pipeline_rank
@@ -175,6 +181,7 @@ def save_results(df:pd.DataFrame, path) -> Path:
     out = df.assign(**{k: v for k, v in provenance(_device()).items() if k != 'device'})
     return D.atomic_write(path, lambda f: f.write(out.to_csv(index=False).encode()))
 
+# %% ../nbs/13_infer.ipynb #5d2523f6
 def load_results(path) -> pd.DataFrame:
     "Rows written by `save_results` (here or on a cluster)."
     return pd.read_csv(path)
@@ -218,6 +225,7 @@ def infer_parser() -> argparse.ArgumentParser:
     p.add_argument('--local', action='store_true', help='start local processes for each --ranks count (else: read srun/torchrun env)')
     return p
 
+# %% ../nbs/13_infer.ipynb #1e990b00
 def main(argv=None) -> int:
     "Run the benchmark; print the table (and write --out)."
     a = vars(infer_parser().parse_args(argv)); local = a.pop('local')
