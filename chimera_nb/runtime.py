@@ -34,6 +34,7 @@ class PendingRecv(NamedTuple):
     buf: torch.Tensor|None
     header: tuple|None   # (work, buffer) of a header still to read, else None
 
+# %% ../nbs/06_runtime.ipynb #51dbb92c
 class PendingSend(NamedTuple):
     "A send in flight, with the action whose output it carries."
     msg: Msg
@@ -130,6 +131,7 @@ def _wait(self:PipelineRuntime, work, what:str):
     try: self.comm.wait(work, self.timeout)
     except Exception as e: raise CommError(what) from e
 
+# %% ../nbs/06_runtime.ipynb #a52eafdb
 @patch
 def _global(self:PipelineRuntime, prank:int) -> int: return self.dp_rank * self.D + prank
 
@@ -211,6 +213,7 @@ def _broadcast_weights(self:PipelineRuntime):
         for t in list(m.parameters()) + list(m.buffers()): works.append(self.comm.broadcast(t.data, ranks[0], g))
     for w in works: self._wait(w, "broadcasting the initial weights to every replica")
 
+# %% ../nbs/06_runtime.ipynb #2a2899f3
 @patch
 def parameters(self:PipelineRuntime):
     "The parameters of this rank's stages (for the optimizer)."
@@ -301,6 +304,7 @@ def step(self:PipelineRuntime,
 @functools.cache
 def _incoming_of(program:Program, prank:int) -> dict: return program.incoming(prank)
 
+# %% ../nbs/06_runtime.ipynb #119476e8
 @patch
 def _incoming(self:PipelineRuntime, program:Program) -> dict:
     "{peer: [Msg]} in each peer's send order for `program` (computed once per program and rank)."
@@ -349,6 +353,7 @@ def _announce(self:PipelineRuntime, st:StepState):
         self._wait(self.comm.broadcast(ids, src, self.pipe_group), "receiving the micro-batch shapes from the stage-0 rank")
     st.sig = [(i, c.grads) for i in ids.tolist()]
 
+# %% ../nbs/06_runtime.ipynb #45918df8
 @patch
 def _sig(self:PipelineRuntime, m:Msg, st:StepState): return st.sig[self.schedule.global_microbatch(m.pipe, m.microbatch)]
 
@@ -369,16 +374,6 @@ def _post(self:PipelineRuntime, m:Msg, src:int, st:StepState) -> bool:
 
 # %% ../nbs/06_runtime.ipynb #83408905
 @patch
-def _post_ahead(self:PipelineRuntime, i:int, st:StepState):
-    inb, prog = st.inbound, st.program
-    upto, first_unposted = min(len(prog), i + self.lookahead + 1), None
-    for j in range(inb.upto, upto):
-        ins = prog[j]
-        if type(ins) is not Recv or ins.peer == self.prank or ins.msg in inb.posted or ins.msg in inb.received: continue
-        if not self._post_from(ins.peer, ins.msg, st) and first_unposted is None: first_unposted = j
-    inb.upto = upto if first_unposted is None else first_unposted  # come back to what could not be posted yet
-
-@patch
 def _post_from(self:PipelineRuntime, src:int, m:Msg, st:StepState) -> bool:
     "Post the messages from `src`, in its send order, up to `m`; False if `m` is not posted yet."
     inb = st.inbound
@@ -388,6 +383,17 @@ def _post_from(self:PipelineRuntime, src:int, m:Msg, st:StepState) -> bool:
         if not self._post(inb.incoming[src][k], src, st): return False
         inb.next_in[src] = k + 1
     return True
+
+# %% ../nbs/06_runtime.ipynb #4e9dc22c
+@patch
+def _post_ahead(self:PipelineRuntime, i:int, st:StepState):
+    inb, prog = st.inbound, st.program
+    upto, first_unposted = min(len(prog), i + self.lookahead + 1), None
+    for j in range(inb.upto, upto):
+        ins = prog[j]
+        if type(ins) is not Recv or ins.peer == self.prank or ins.msg in inb.posted or ins.msg in inb.received: continue
+        if not self._post_from(ins.peer, ins.msg, st) and first_unposted is None: first_unposted = j
+    inb.upto = upto if first_unposted is None else first_unposted  # come back to what could not be posted yet
 
 # %% ../nbs/06_runtime.ipynb #2ab8c5e8
 @patch
@@ -461,6 +467,7 @@ def _reduce_loss(self:PipelineRuntime, ins, st:StepState):
     self._wait(self.comm.all_reduce(st.compute.loss_buffer(), self.comm.world_group), "summing the losses over every rank")
     st.loss = st.compute.output_loss()
 
+# %% ../nbs/06_runtime.ipynb #406811a6
 @patch
 def _optimizer_step(self:PipelineRuntime, ins:OptimizerStep, st:StepState):
     self._reduce_loss(ins, st)
