@@ -127,6 +127,7 @@ class _ThreadWork:
     def __init__(self, fn=None, ready=None): self.fn, self.ready = fn, ready
     def is_completed(self): return self.fn is None or (self.ready is not None and self.ready())
 
+# %% ../nbs/06e_comm.ipynb #23ef215d
 class ThreadWorld:
     "Shared state of in-process ranks: message queues, collective rendezvous and the failure board."
     def __init__(self, size:int):
@@ -160,6 +161,7 @@ def isend(self:ThreadComm, t, dst, tag):
         self.w.cond.notify_all()
     return _ThreadWork()
 
+# %% ../nbs/06e_comm.ipynb #d647b959
 @patch
 def irecv(self:ThreadComm, t, src, tag):
     q = self.w.queues.setdefault((src, self.rank, tag), deque())
@@ -168,7 +170,10 @@ def irecv(self:ThreadComm, t, src, tag):
         with self.w.cond: t.copy_(q.popleft())
     return _ThreadWork(fn, lambda: bool(q))
 
-ThreadComm.header_send, ThreadComm.header_recv = ThreadComm.isend, ThreadComm.irecv
+@patch
+def header_send(self:ThreadComm, t, dst, tag): return self.isend(t, dst, tag)
+@patch
+def header_recv(self:ThreadComm, t, src, tag): return self.irecv(t, src, tag)
 
 # %% ../nbs/06e_comm.ipynb #b25d7636
 @patch
@@ -199,6 +204,7 @@ def all_reduce(self:ThreadComm, t, group, op='sum'):
         t.copy_(out)
     return self._collective(group, t, combine)
 
+# %% ../nbs/06e_comm.ipynb #a92e0bbb
 @patch
 def broadcast(self:ThreadComm, t, src, group): return self._collective(group, t, lambda xs: t.copy_(xs[group.index(src)]))
 @patch

@@ -87,7 +87,7 @@ def _free_port() -> int:
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); return sk.getsockname()[1]
 
-# %% ../nbs/06a_launch.ipynb #4c79c198
+# %% ../nbs/06a_launch.ipynb #a029f1e3
 def _failure_text(errors:dict, # {rank: its error}
                   reports:list, # the failure board, first report first
                   n:int, # ranks launched
@@ -140,7 +140,7 @@ def _kill_all(procs):
     for p in procs:
         if p.pid is not None: p.join(5)
 
-# %% ../nbs/06a_launch.ipynb #de1ee864
+# %% ../nbs/06a_launch.ipynb #23dab25c
 def _start_ranks(ctx, fn, world_size, port, args, kwargs, threads, timeout, deadline, procs:list, conns:list):
     "Start the `world_size` rank processes of `ctx`; append each process to `procs` and its result pipe to `conns`."
     for r in range(world_size):
