@@ -34,6 +34,7 @@ def microbatch_seed(seed:int, # base seed of the run
 # %% ../nbs/06f_compute.ipynb #7223438e
 def _cuda(device) -> bool: return device is not None and torch.device(device).type == 'cuda'
 
+# %% ../nbs/06f_compute.ipynb #ba1da52f
 def rng_state(device=None):
     "The CPU (and CUDA) RNG state, to replay a forward's dropout masks."
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if _cuda(device) else None)
@@ -64,6 +65,7 @@ def layer_streams(base:int|None):
     try: yield
     finally: _streams.base = prev
 
+# %% ../nbs/06f_compute.ipynb #89138039
 def layer_seed(layer:int) -> int|None:
     "The seed of global layer `layer` for the current micro-batch (None outside `layer_streams`)."
     b = getattr(_streams, 'base', None)
@@ -139,6 +141,7 @@ def output_loss(self:ComputeBackend) -> float:
     "The mean loss over the global batch (after `loss_buffer` is summed)."
     return self.losses.sum().item() / self.losses.numel()
 
+# %% ../nbs/06f_compute.ipynb #2743b35b
 @patch
 def nonfinite(self:ComputeBackend) -> list:
     "Global micro-batches whose loss is NaN or infinite (after the sum)."
@@ -178,6 +181,7 @@ def _item(self:ModuleCompute, xs:list, a:Action):
 def record_loss(self:ModuleCompute, a:Action, loss:torch.Tensor):
     self.losses[self.ctx.global_index(a)] = loss.detach().to(torch.float64)
 
+# %% ../nbs/06f_compute.ipynb #0fab26b4
 def _check_loss(loss):
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         raise ValueError(f"loss_fn must return a scalar (0-dim) tensor, the mean loss of the micro-batch; "
@@ -198,15 +202,6 @@ def _run(self:ModuleCompute, a:Action, inputs:list, spec, rng=None):
 
 # %% ../nbs/06f_compute.ipynb #a32aa1d1
 @patch
-def _saving(self:ModuleCompute, a:Action, fn):
-    "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
-    if not self.ctx.probe_memory: return fn()
-    from chimera_nb.partition import _saved_bytes
-    out, n = _saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
-    self._count(a, n)
-    return out
-
-@patch
 def _count(self:ModuleCompute, a:Action, nbytes:int):
     key = (a.stage, a.microbatch, a.pipe)
     self.live[key] = self.live.get(key, 0) + nbytes
@@ -215,16 +210,17 @@ def _count(self:ModuleCompute, a:Action, nbytes:int):
 @patch
 def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 
-# %% ../nbs/06f_compute.ipynb #25d71ebc
+# %% ../nbs/06f_compute.ipynb #41e38470
 @patch
-def forward(self:ModuleCompute, a, x):
-    if a.stage == 0: x = self._item(self.inputs, a)
-    leaves, spec = flatten(x)
-    if a.stage > 0: leaves = [l.detach().requires_grad_(l.requires_grad and l.is_floating_point()) for l in leaves]
-    y = self._keep(a, leaves, spec)
-    if a.stage < self.ctx.schedule.num_stages - 1: return y
-    self.record_loss(a, y)
+def _saving(self:ModuleCompute, a:Action, fn):
+    "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
+    if not self.ctx.probe_memory: return fn()
+    from chimera_nb.partition import _saved_bytes
+    out, n = _saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
+    self._count(a, n)
+    return out
 
+# %% ../nbs/06f_compute.ipynb #25d71ebc
 @patch
 def _keep(self:ModuleCompute, a, leaves, spec):
     "Run F and stash its inputs and outputs for B."
@@ -238,9 +234,20 @@ def _restore(self:ModuleCompute, a) -> tuple:
     s = self.stash.pop((a.stage, a.microbatch, a.pipe))
     return s.inputs[0], s.outputs
 
+# %% ../nbs/06f_compute.ipynb #36c50894
+@patch
+def forward(self:ModuleCompute, a, x):
+    if a.stage == 0: x = self._item(self.inputs, a)
+    leaves, spec = flatten(x)
+    if a.stage > 0: leaves = [l.detach().requires_grad_(l.requires_grad and l.is_floating_point()) for l in leaves]
+    y = self._keep(a, leaves, spec)
+    if a.stage < self.ctx.schedule.num_stages - 1: return y
+    self.record_loss(a, y)
+
 # %% ../nbs/06f_compute.ipynb #23de9e3f
 def _or_zeros(gs, xs): return [g if g is not None else torch.zeros_like(x) for g, x in zip(gs, xs)]
 
+# %% ../nbs/06f_compute.ipynb #5a09fc93
 @patch
 def backward(self:ModuleCompute, a, grads):
     leaves, y = self._restore(a)
@@ -283,6 +290,7 @@ def _views(m:nn.Module, buf:torch.Tensor):
     i = 0
     for p in _params(m): yield p, buf[i:i + p.numel()].view_as(p); i += p.numel()
 
+# %% ../nbs/06f_compute.ipynb #501c198a
 @patch
 def reduce_buffer(self:ModuleCompute, stage):
     ps, flat = _params(self.ctx.stages[stage]), self.__dict__.setdefault('flat', {})
