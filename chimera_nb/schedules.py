@@ -42,14 +42,14 @@ def pipe_tag(pipe:int) -> str:
     if not 0 <= pipe // 2 < len(tags): raise ValueError(f"at most {2*len(tags)} pipes have a text form, got pipe {pipe}")
     return tags[pipe // 2]
 
-# %% ../nbs/00_schedules.ipynb #b2f12922
+# %% ../nbs/00_schedules.ipynb #92d4b9c9
 def tag_pipe(tag:str) -> int:
     "Inverse of `pipe_tag`."
     if tag in _DOWN_TAGS and len(tag) == 1: return 2 * _DOWN_TAGS.index(tag)
     if tag in _UP_TAGS and len(tag) == 1: return 2 * _UP_TAGS.index(tag) + 1
     raise ValueError(f"unknown pipe tag {tag!r}: down pipes are {', '.join(_DOWN_TAGS)}, up pipes {', '.join(_UP_TAGS)}")
 
-# %% ../nbs/00_schedules.ipynb #82079c82
+# %% ../nbs/00_schedules.ipynb #96f29949
 _TOKEN = re.compile(r'([FBW])([0-9]{1,6})\.([a-z])([0-9]{1,6})', re.ASCII)
 
 def parse_action(token:str) -> Action:
@@ -99,7 +99,7 @@ class Schedule:
 
     def __eq__(self, other): return isinstance(other, Schedule) and self._key() == other._key()
 
-# %% ../nbs/00_schedules.ipynb #e29fe035
+# %% ../nbs/00_schedules.ipynb #9426eb1b
 @patch
 def actions(self:Schedule, rank:int) -> list:
     "The ordered actions of `rank`."
@@ -115,7 +115,7 @@ def global_microbatch(self:Schedule, pipe:int, microbatch:int) -> int:
     "Index of (pipe, micro-batch) in the global batch: pipes take interleaved slots 0..N-1."
     return microbatch * self.num_pipes + pipe
 
-# %% ../nbs/00_schedules.ipynb #f9c7e41d
+# %% ../nbs/00_schedules.ipynb #5a0af674
 @patch(as_prop=True)
 def microbatches_per_pipe(self:Schedule) -> int: return self.microbatches // self.num_pipes
 
@@ -124,7 +124,7 @@ def stage_fraction(self:Schedule) -> float:
     "Size of one stage relative to one of D equal pipeline stages (1/v for v interleaved chunks)."
     return self.num_ranks / self.num_stages
 
-# %% ../nbs/00_schedules.ipynb #0e4f1bb5
+# %% ../nbs/00_schedules.ipynb #89004e29
 @patch
 def _placement_index(self:Schedule) -> tuple:
     "({rank: sorted stages}, {stage: sorted ranks}), rebuilt when the placement changes (lowering asks per rank and stage)."
@@ -146,7 +146,7 @@ def replicas(self:Schedule, stage:int) -> list:
     "Sorted ranks holding a replica of `stage` (several for Chimera)."
     return list(self._placement_index()[1].get(stage, ()))
 
-# %% ../nbs/00_schedules.ipynb #167c5989
+# %% ../nbs/00_schedules.ipynb #94ac9095
 @patch
 def __repr__(self:Schedule):
     opts = ''.join(f', {k}={v}' for k, v in self.options.items())
@@ -168,7 +168,7 @@ def _infer_placement(orders) -> dict:
                                  f"a (pipe, stage) lives on one rank; give it another pipe to replicate it")
     return placement
 
-# %% ../nbs/00_schedules.ipynb #f91ba9c0
+# %% ../nbs/00_schedules.ipynb #c678c3d1
 def _check_shape(placement:dict, num_ranks:int):
     "Pipes 0..P-1 and stages 0..S-1 without gaps, every pipe holding every stage, ranks in range."
     pipes = sorted({p for p, _ in placement}); stages = sorted({s for _, s in placement})
@@ -184,7 +184,7 @@ def _check_shape(placement:dict, num_ranks:int):
     bad = [r for r in placement.values() if not 0 <= r < num_ranks]
     if bad: raise ValueError(f"the placement names rank {bad[0]}, but the schedule has ranks 0..{num_ranks - 1}")
 
-# %% ../nbs/00_schedules.ipynb #04b53e73
+# %% ../nbs/00_schedules.ipynb #0aac9f43
 def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw) -> Schedule:
     "Build a `Schedule` from per-rank action lists, inferring sizes (and placement) from the actions."
     if not orders: raise ValueError("a schedule needs at least one rank")
@@ -213,7 +213,7 @@ def _header(self:Schedule) -> str:
             + (f" microbatch_scale={self.microbatch_scale:g}" if self.microbatch_scale != 1 else '')
             + (" forward_only=1" if self.forward_only else ''))
 
-# %% ../nbs/00_schedules.ipynb #06bf63bf
+# %% ../nbs/00_schedules.ipynb #15eb0464
 def _read_header(line:str, i:int) -> tuple:
     "(name, {key: value}) of a `# schedule NAME key=value ...` line."
     words = line.lstrip('#').split()
@@ -227,7 +227,7 @@ def _read_header(line:str, i:int) -> tuple:
         except ValueError as e: raise ValueError(f"line {i}: header {k}={v[:20]!r} is not a {_HEADER_KEYS[k].__name__}") from e
     return words[1], meta
 
-# %% ../nbs/00_schedules.ipynb #9fcd2c7a
+# %% ../nbs/00_schedules.ipynb #6b2c1c84
 def _apply_header(orders, placement, name, meta) -> Schedule:
     "The schedule of `orders`, with the header's flags, checked against what the header says of its size."
     kw = {k: bool(meta[k]) for k in ('split_backward', 'recompute', 'forward_only') if k in meta}
@@ -247,13 +247,13 @@ def to_text(self:Schedule) -> str:
     lines += [f"rank {r}: " + ' '.join(a.token() for a in o) for r, o in enumerate(self.orders)]
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/00_schedules.ipynb #032730a3
+# %% ../nbs/00_schedules.ipynb #9605fc60
 def _text_lines(text, what:str) -> list:
     if isinstance(text, (bytes, bytearray)): raise TypeError(f"{what} expects str, got bytes: decode it first (text.decode())")
     if not isinstance(text, str): raise TypeError(f"{what} expects the schedule as a str, got {type(text).__name__}")
     return text.splitlines()
 
-# %% ../nbs/00_schedules.ipynb #5a562006
+# %% ../nbs/00_schedules.ipynb #602b2b49
 def _from_text(text:str, name:str='custom') -> Schedule:
     "Read the text form (placement lines and header optional)."
     orders, placement, meta = {}, {}, {}
@@ -291,7 +291,7 @@ def to_csv(self:Schedule) -> str:
     for r, o in enumerate(self.orders): w.writerow([r] + [a.token() for a in o])
     return _header(self) + '\n' + buf.getvalue()
 
-# %% ../nbs/00_schedules.ipynb #bf51f52f
+# %% ../nbs/00_schedules.ipynb #95989ed0
 def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedule:
     "Read the CSV form: an optional header line, then rows 'rank,action,action,...' (placement read off the actions)."
     lines, meta = _text_lines(text, 'Schedule.from_csv'), {}
@@ -324,7 +324,16 @@ def dependencies(a:Action, num_stages:int) -> list:
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
-# %% ../nbs/00_schedules.ipynb #7c5e7a66
+# %% ../nbs/00_schedules.ipynb #bb8fc749
+def _first_missing(place:dict, npp:int, kinds:tuple, seen:set) -> tuple|None:
+    "(rank, action) of the first action of `kinds` for some (pipe, stage) and micro-batch that `seen` lacks, else None."
+    for (p, st), r in sorted(place.items()):
+        for mb in range(npp):
+            for k in kinds:
+                if (k, st, mb, p) not in seen: return r, Action(k, st, mb, p)
+    return None
+
+# %% ../nbs/00_schedules.ipynb #6b91c815
 def _check_complete(s:Schedule):
     kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
     if s.num_pipes < 1 or s.microbatches < 1 or s.microbatches % s.num_pipes:
@@ -350,14 +359,10 @@ def _check_complete(s:Schedule):
                 raise ScheduleError(f"rank {r}, step {i}: action {a.token()} appears twice (first at rank {first[0]}, step {first[1]})")
             seen.add(a)
     if len(seen) != len(place) * npp * len(kinds):  # all present and in range, so only a missing one explains it
-        for (p, st), r in sorted(place.items()):
-            for mb in range(npp):
-                for k in kinds:
-                    if (k, st, mb, p) not in seen:
-                        raise ScheduleError(f"rank {r}: action {Action(k, st, mb, p).token()} is missing "
-                                            f"(every micro-batch needs {'/'.join(kinds)} of every stage once)")
+        r, a = _first_missing(place, npp, kinds, seen)
+        raise ScheduleError(f"rank {r}: action {a.token()} is missing (every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #cf1e32fa
+# %% ../nbs/00_schedules.ipynb #ee048a13
 def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
     "Each stuck rank, its next action and the dependency it waits for (later on the same rank, or on a stuck rank)."
     msgs = []
@@ -370,7 +375,7 @@ def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
         msgs.append(f"rank {r}, step {pos[r]}: {a.token()} waits for {d.token()} {where}")
     return "schedule deadlocks:\n  " + '\n  '.join(msgs)
 
-# %% ../nbs/00_schedules.ipynb #2b3aab53
+# %% ../nbs/00_schedules.ipynb #92f98296
 def replay(s:Schedule, # the schedule
            durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
           ) -> tuple:
@@ -418,7 +423,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #64bb4d9a
+# %% ../nbs/00_schedules.ipynb #3a66b046
 def _successors(actions:list, num_stages:int) -> tuple:
     "({action: actions that wait for it}, {action: how many of its dependencies are among `actions`})."
     aset, succ, missing = set(actions), defaultdict(list), {}
@@ -429,7 +434,7 @@ def _successors(actions:list, num_stages:int) -> tuple:
         for d in ds: succ[d].append(a)
     return succ, missing
 
-# %% ../nbs/00_schedules.ipynb #75c19264
+# %% ../nbs/00_schedules.ipynb #3bc0617e
 def _pick(ready:list, parked:list, ok:Callable):
     "Pop the best action of the heap `ready` that `ok` allows (None if none); the refused ones go to `parked`."
     while ready:
@@ -438,7 +443,7 @@ def _pick(ready:list, parked:list, ok:Callable):
         parked.append(item)
     return None
 
-# %% ../nbs/00_schedules.ipynb #8c4e4100
+# %% ../nbs/00_schedules.ipynb #16c4eb38
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -490,7 +495,7 @@ def gpipe(stages:int, microbatches:int) -> Schedule:
     orders = [[Action('F', r, m) for m in range(N)] + [Action('B', r, m) for m in range(N)] for r in range(D)]
     return Schedule('gpipe', D, D, 1, N, _linear_placement(D), orders)
 
-# %% ../nbs/00_schedules.ipynb #cdfdaa14
+# %% ../nbs/00_schedules.ipynb #5dde9ac5
 def one_f_one_b(stages:int, microbatches:int) -> Schedule:
     "1F1B (DAPPLE / PipeDream-Flush): warm-up forwards, alternate F and B, drain the backwards."
     D, N = stages, microbatches
@@ -516,7 +521,7 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
             place[(p, s)] = r if p % 2 == 0 else D - 1 - r
     return place
 
-# %% ../nbs/00_schedules.ipynb #82fa5e5d
+# %% ../nbs/00_schedules.ipynb #52260afa
 def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     "Per rank, the (slot, action) pairs of Chimera's order: F of micro-batch j at σ + 2j, B at 2D-1-σ + 2j, units 2D apart."
     D, per = stages, stages // pipes
@@ -551,7 +556,7 @@ def _doubling_phases(D:int, N:int) -> list:
         orders.append(o)
     return orders
 
-# %% ../nbs/00_schedules.ipynb #502ed970
+# %% ../nbs/00_schedules.ipynb #909f331b
 def _doubling_listed(D:int, N:int) -> list:
     "Forward doubling for any N = uD, u >= 2, list-scheduled at F = 1, B = 2: forwards first, at most one unit ahead."
     place, per = chimera_placement(D), D // 2
@@ -572,14 +577,9 @@ def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
     allow = lambda r, a, st: a.kind != 'F' or (st['f'] >= unit(a) * D and st['f'] - st['w'] < D)
     return list_schedule(place, D, D, acts, prio, allow)
 
-# %% ../nbs/00_schedules.ipynb #4a8a16cf
-def chimera(stages:int, # D: ranks = stages, even
-            microbatches:int, # N per worker, a multiple of D (of 2D for doubling)
-            pipes:int=2, # 2k pipes
-            concat:str='direct', # how units combine when N > D: direct, doubling, halving, zero-bubble
-           ) -> Schedule:
-    "Chimera: bidirectional pipelines (the paper's order); `pipes` = 2k, `concat` combines basic units when N > D."
-    D, N = stages, microbatches
+# %% ../nbs/00_schedules.ipynb #5a3d1c37
+def _check_chimera(D:int, N:int, pipes:int, concat:str):
+    "Refuse what Chimera cannot run: odd D, odd pipes, pipes not dividing D, N not whole units, a concat its pipes lack."
     _need(D >= 2 and D % 2 == 0, f"Chimera needs an even number of stages (at least 2), got {D}")
     _need(pipes >= 2 and pipes % 2 == 0, f"Chimera needs an even number of pipes (2k), got {pipes}")
     _need(D % pipes == 0, f"Chimera with {pipes} pipes needs the pipes to divide the stages: {pipes} does not divide {D}; "
@@ -589,6 +589,16 @@ def chimera(stages:int, # D: ranks = stages, even
           f"Chimera (D={D}) needs the micro-batches N to be a positive multiple of D={D} (one basic unit), got N={N}")
     _need(concat in ('direct', 'zero-bubble') or pipes == 2, f"Chimera {concat} is defined for 2 pipes, got pipes={pipes}")
     _need(concat != 'doubling' or N >= 2 * D, f"Chimera forward doubling needs at least two basic units, N >= {2 * D}, got N={N}")
+
+# %% ../nbs/00_schedules.ipynb #3c72ac92
+def chimera(stages:int, # D: ranks = stages, even
+            microbatches:int, # N per worker, a multiple of D (of 2D for doubling)
+            pipes:int=2, # 2k pipes
+            concat:str='direct', # how units combine when N > D: direct, doubling, halving, zero-bubble
+           ) -> Schedule:
+    "Chimera: bidirectional pipelines (the paper's order); `pipes` = 2k, `concat` combines basic units when N > D."
+    D, N = stages, microbatches
+    _check_chimera(D, N, pipes, concat)
     place, opts, kw = chimera_placement(D, pipes), dict(pipes=pipes, concat=concat), {}
     if concat == 'direct': orders = [[a for _, a in o] for o in chimera_slots(D, N, pipes)]
     elif concat == 'zero-bubble': orders, kw = _zero_bubble_chimera(D, N, pipes), dict(split_backward=True)
@@ -698,7 +708,19 @@ def _as_int(v, what:str, lo:int, hi:int) -> int:
     if not lo <= v <= hi: raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {v}")
     return v
 
-# %% ../nbs/00_schedules.ipynb #2bfc6f5d
+# %% ../nbs/00_schedules.ipynb #566ddbb3
+def _check_options(key:str, options:dict) -> dict:
+    "`options` checked against generator `key`'s parameters (integer options as ints)."
+    allowed = set(inspect.signature(SCHEDULES[key]).parameters) - {'stages', 'microbatches'}
+    unknown = set(options) - allowed
+    if unknown: raise ValueError(f"{key} takes options {sorted(allowed) or 'none'}, got {sorted(unknown)}")
+    out = dict(options)
+    for k, v in out.items():
+        if k in _INT_OPTIONS: out[k] = _as_int(v, k, *_INT_OPTIONS[k])
+        elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
+    return out
+
+# %% ../nbs/00_schedules.ipynb #34e06692
 def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved, zbh1, ...)
                   stages:int, # D: pipeline ranks
                   microbatches:int, # N: micro-batches per worker per iteration
@@ -710,12 +732,7 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
     if key not in SCHEDULES: raise ValueError(f"unknown schedule {name!r}: choose one of {', '.join(SCHEDULES)}")
     D = _as_int(stages, 'stages', 1, MAX_RANKS)
     N = _as_int(microbatches, 'microbatches', 1, MAX_MICROBATCHES)
-    allowed = set(inspect.signature(SCHEDULES[key]).parameters) - {'stages', 'microbatches'}
-    unknown = set(options) - allowed
-    if unknown: raise ValueError(f"{key} takes options {sorted(allowed) or 'none'}, got {sorted(unknown)}")
-    for k, v in list(options.items()):
-        if k in _INT_OPTIONS: options[k] = _as_int(v, k, *_INT_OPTIONS[k])
-        elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
+    options = _check_options(key, options)
     size = 3 * D * N * options.get('chunks', 1) * (2 if options.get('concat') == 'halving' else 1)
     if size > MAX_ACTIONS: raise ValueError(f"{key} with D={D}, N={N} would have ~{size:,} actions, beyond the limit of {MAX_ACTIONS:,}")
     with gc_paused():
@@ -733,7 +750,7 @@ def to_torch(self:Schedule) -> dict:
     from chimera_nb._compat import torch_action
     return {r: [torch_action(a.kind, a.stage, a.microbatch, self.split_backward) for a in o] for r, o in enumerate(self.orders)}
 
-# %% ../nbs/00_schedules.ipynb #67675a7b
+# %% ../nbs/00_schedules.ipynb #2f9fb258
 @patch
 def to_torch_csv(self:Schedule) -> str:
     "The same as CSV (one row per rank), the file `_PipelineScheduleRuntime._load_csv(path, format='compute_only')` reads."
