@@ -55,7 +55,7 @@ def time_seconds(t:str|int # a SLURM time limit ('30', '1:00:00', '2-12:00:00') 
     if secs <= 0: raise ValueError(f"time {t!r} must be more than 0 seconds")
     return secs
 
-# %% ../nbs/10_slurm.ipynb #dab8dee7
+# %% ../nbs/10_slurm.ipynb #5b1f877a
 def slurm_time(secs:int) -> str:
     "`D-HH:MM:SS` for a number of seconds."
     d, r = divmod(int(secs), 86400)
@@ -101,7 +101,7 @@ class SlurmJob:
             if self.name is None: self.name = run_name(self.train.spec)
             if self.run_dir is None: self.run_dir = f'runs/{self.name}-{self.train.spec.key()[:6]}'
 
-# %% ../nbs/10_slurm.ipynb #08b2afe1
+# %% ../nbs/10_slurm.ipynb #8030299f
 @patch(as_prop=True)
 def world(self:SlurmJob) -> int: return self.train.world_size
 
@@ -131,7 +131,7 @@ def _check_ints(job):
     for n in ('nodes', 'cpus_per_task', 'max_restarts', 'signal_before', 'gpus_per_node'):
         check_number(n, getattr(job, n), int, 1 if n in ('nodes', 'cpus_per_task') else 0)
 
-# %% ../nbs/10_slurm.ipynb #ae402a45
+# %% ../nbs/10_slurm.ipynb #d53f2a21
 def _check_strings(job):
     check_value('name', job.name, 'name'); check_value('run_dir', str(job.run_dir), 'path'); check_value('python', job.python, 'path')
     for n in ('partition', 'account', 'qos', 'gpu_type'):
@@ -147,7 +147,7 @@ def _check_strings(job):
         if not isinstance(line, str) or '\n' in line or '\r' in line or '\0' in line:
             raise ValueError(f"setup lines are one line each (no newlines), got {line!r}")
 
-# %% ../nbs/10_slurm.ipynb #5d77341f
+# %% ../nbs/10_slurm.ipynb #2b8dde44
 def check_job(job:SlurmJob) -> SlurmJob:
     "Refuse a job description that cannot run, with what is allowed; return it."
     if not isinstance(job, SlurmJob): raise TypeError(f"expected a SlurmJob, got {type(job).__name__}")
@@ -196,7 +196,7 @@ def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list
     L += [f'#SBATCH {e}' for e in job.extra]
     return L
 
-# %% ../nbs/10_slurm.ipynb #1e480066
+# %% ../nbs/10_slurm.ipynb #7396edc3
 def _layout_comment(job:SlurmJob) -> list:
     L = [f'# spec {job.train.spec.key()}: {job.train.spec}',
          f'# rank layout: W={job.train.spec.W} pipelines x D={job.train.spec.D} stages = {job.world} ranks, '
@@ -226,7 +226,7 @@ def _environment(job:SlurmJob) -> list:
     if job.gpus_per_node: L += ['export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}']
     return L
 
-# %% ../nbs/10_slurm.ipynb #f9479c9e
+# %% ../nbs/10_slurm.ipynb #8d917226
 def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     q = shlex.quote
     L = ['case "${SLURM_ARRAY_TASK_ID:-none}" in']
@@ -268,7 +268,7 @@ def render(job:SlurmJob, # the job (checked here)
 class SlurmError(RuntimeError):
     "SLURM is not here, or refused the request (the message quotes the scheduler)."
 
-# %% ../nbs/10_slurm.ipynb #23288d2c
+# %% ../nbs/10_slurm.ipynb #7ffb0b42
 def _need(cmd:str) -> str:
     exe = shutil.which(cmd)
     if exe is None:
@@ -277,7 +277,7 @@ def _need(cmd:str) -> str:
                          f"and sbatch it on a login node.")
     return exe
 
-# %% ../nbs/10_slurm.ipynb #a67c8e49
+# %% ../nbs/10_slurm.ipynb #a9249eb8
 def _slurm(*args, check=True, timeout=60) -> subprocess.CompletedProcess:
     "Run a SLURM command (argument list, no shell)."
     p = subprocess.run([_need(args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout)
@@ -297,7 +297,7 @@ def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
     d['train'] = job.train.to_dict()
     return dict(job_id=job_id, submitted=time.time(), spec_key=job.train.spec.key(), job=d, configs=[c.to_dict() for c in configs])
 
-# %% ../nbs/10_slurm.ipynb #9f802725
+# %% ../nbs/10_slurm.ipynb #b401c7d0
 def _check_reuse(run:Path, configs:list):
     "A run folder holding checkpoints: the same run resumes them (with a warning); another run is refused before sbatch."
     from chimera_nb.train import check_resume
@@ -310,7 +310,7 @@ def _check_reuse(run:Path, configs:list):
             import warnings
             warnings.warn(f"{ck} holds checkpoints up to step {step}: this job resumes them; give a fresh run_dir for a new run")
 
-# %% ../nbs/10_slurm.ipynb #db1844d8
+# %% ../nbs/10_slurm.ipynb #07ab88a1
 def submit(job:SlurmJob, # the job
            configs:list|None=None, # an array: one TrainConfig per task
            dry_run:bool=False # write the script, do not submit
@@ -364,7 +364,7 @@ def _task(d:dict) -> TaskState:
     return TaskState(jid, d.get('JobState', 'UNKNOWN'), d.get('Reason', 'None'), d.get('RunTime', ''), int(d.get('Restarts', 0) or 0),
                      d.get('ExitCode', ''), d.get('NodeList', '(null)'))
 
-# %% ../nbs/10_slurm.ipynb #15fd5840
+# %% ../nbs/10_slurm.ipynb #0cec7650
 class Job:
     "A submitted job: state, log, metrics, wait, cancel. Reattach with `Job.attach(job_id or run folder)`."
     def __init__(self, job_id:str, run_dir):
@@ -398,7 +398,7 @@ def tasks(self:Job) -> list:
                 for last in (c.read_text().split('\n')[-2].split() for c in codes)]
     raise SlurmError(f"job {self.job_id}: unknown to scontrol and sacct, and {self.run_dir} holds no exit codes")
 
-# %% ../nbs/10_slurm.ipynb #b489c310
+# %% ../nbs/10_slurm.ipynb #3b8e807d
 @patch(as_prop=True)
 def state(self:Job) -> str:
     "The job's state; for an array, the least finished of its tasks."
@@ -427,7 +427,7 @@ def wait(self:Job, timeout:float|None=None, # seconds (None: until it ends)
             raise TimeoutError(f"job {self.job_id} still {', '.join(sorted({t.state for t in ts}))} after {timeout} s")
         time.sleep(delay); delay = min(max_poll, delay * 1.5)
 
-# %% ../nbs/10_slurm.ipynb #51aa0f2d
+# %% ../nbs/10_slurm.ipynb #f1146c15
 @patch
 def cancel(self:Job, signal:str|None=None) -> None:
     "scancel the job (all its array tasks); with `signal` ('USR1'), only signal it: it checkpoints and requeues."
@@ -443,7 +443,7 @@ def log(self:Job, n:int=40) -> str:
     parts = [(f.name, f.read_text(errors='replace').splitlines()[-n:]) for f in files]
     return '\n'.join(('' if len(parts) == 1 else f"== {name}\n") + '\n'.join(lines) for name, lines in parts)
 
-# %% ../nbs/10_slurm.ipynb #7a383c3b
+# %% ../nbs/10_slurm.ipynb #9bc77c84
 @patch
 def last_error(self:Job, n:int=3) -> str:
     "The log's last lines that say what went wrong (error, Error, Traceback's last line, chimera_nb's own), joined."
@@ -451,7 +451,7 @@ def last_error(self:Job, n:int=3) -> str:
     bad = [l for l in lines if re.search(r'error|Error|chimera_nb:|Killed|CANCELLED|DUE TO', l)]
     return ' | '.join((bad or lines)[-n:]) or f"(no log in {self.run_dir})"
 
-# %% ../nbs/10_slurm.ipynb #38b4739f
+# %% ../nbs/10_slurm.ipynb #1ad24a20
 def read_metrics(run_dir) -> 'pd.DataFrame':
     "Every per-step metrics row of a run folder (an array's tasks with a `task` column)."
     import pandas as pd
@@ -486,7 +486,7 @@ def _status_html(ts:list) -> str:
                    f"<td>{t.nodes}</td></tr>" for t in ts)
     return f"<table><tr><th>job</th><th>state</th><th>reason</th><th>elapsed</th><th>restarts</th><th>nodes</th></tr>{rows}</table>"
 
-# %% ../nbs/10_slurm.ipynb #d9440e39
+# %% ../nbs/10_slurm.ipynb #277569f3
 class JobWatch:
     "A widget that follows a `Job`: state table, log tail, loss curve (one line per array task)."
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
@@ -501,27 +501,30 @@ class JobWatch:
         # the metrics file is local: read it every few seconds, apart from the (rate-limited) scheduler poll
         self._tail = threading.Thread(target=self._tail_metrics, args=(metrics_every,), daemon=True); self._tail.start()
 
-    def refresh(self) -> bool:
-        "Update once; True when the job has ended."
-        try: ts = self.job.tasks()
-        except SlurmError as e: self.status.value = f"<pre>{self._html.escape(str(e))}</pre>"; return False
-        self.status.value = _status_html(ts)
-        self.log.value = f"<pre style='font-size:11px'>{self._html.escape(self.job.log(self.lines))}</pre>"
-        self.plot_metrics()
-        self.ended = all(t.state in FINAL for t in ts)
-        return self.ended
+# %% ../nbs/10_slurm.ipynb #5c35be30
+@patch
+def refresh(self:JobWatch) -> bool:
+    "Update once; True when the job has ended."
+    try: ts = self.job.tasks()
+    except SlurmError as e: self.status.value = f"<pre>{self._html.escape(str(e))}</pre>"; return False
+    self.status.value = _status_html(ts)
+    self.log.value = f"<pre style='font-size:11px'>{self._html.escape(self.job.log(self.lines))}</pre>"
+    self.plot_metrics()
+    self.ended = all(t.state in FINAL for t in ts)
+    return self.ended
 
-    def plot_metrics(self) -> int:
-        "Redraw the loss curves from the metrics files; the number of steps seen."
-        m = self.job.metrics()
-        if len(m) and len(m) != getattr(self, '_seen', 0):
-            with self.fig.batch_update():
-                self.fig.data = []
-                for task, g in m.groupby(m.task.fillna('run'), sort=True): self.fig.add_scatter(x=g.step, y=g.loss, name=task, mode='lines')
-        self._seen = len(m)
-        return self._seen
+@patch
+def plot_metrics(self:JobWatch) -> int:
+    "Redraw the loss curves from the metrics files; the number of steps seen."
+    m = self.job.metrics()
+    if len(m) and len(m) != getattr(self, '_seen', 0):
+        with self.fig.batch_update():
+            self.fig.data = []
+            for task, g in m.groupby(m.task.fillna('run'), sort=True): self.fig.add_scatter(x=g.step, y=g.loss, name=task, mode='lines')
+    self._seen = len(m)
+    return self._seen
 
-# %% ../nbs/10_slurm.ipynb #6b86f90c
+# %% ../nbs/10_slurm.ipynb #62b09918
 @patch
 def _tail_metrics(self:JobWatch, every):
     while not self._stop.wait(every) and not self.ended: self.plot_metrics()
@@ -558,7 +561,7 @@ def scaling_configs(cfg:TrainConfig, gpus=(1, 2, 4, 8)) -> list:
         out.append(cfg.replace(D=D, W=g // D, schedule=cfg.spec.schedule if D > 1 else '1f1b'))
     return out
 
-# %% ../nbs/10_slurm.ipynb #560fcf3d
+# %% ../nbs/10_slurm.ipynb #81cece59
 def sweep_jobs(base:SlurmJob, configs:list) -> list:
     "[(job, configs)]: one array per world size, each in `run_dir/w<world>`; nodes filled up to `base`'s GPUs (tasks) per node."
     groups = {}
@@ -573,7 +576,7 @@ def sweep_jobs(base:SlurmJob, configs:list) -> list:
         out.append((check_job(job), cs))
     return out
 
-# %% ../nbs/10_slurm.ipynb #856b01ad
+# %% ../nbs/10_slurm.ipynb #1db56a24
 def submit_sweep(base:SlurmJob, configs:list, dry_run:bool=False) -> list:
     "Submit every array of the sweep; return their `Job`s (script paths when `dry_run`)."
     return [submit(j, cs if len(cs) > 1 else None, dry_run=dry_run) for j, cs in sweep_jobs(base, configs)]
@@ -623,7 +626,7 @@ def _job_from_args(a, train_argv) -> SlurmJob:
     if a.no_requeue: changes['requeue'] = False
     return preset(a.preset, train, **changes)
 
-# %% ../nbs/10_slurm.ipynb #ac603022
+# %% ../nbs/10_slurm.ipynb #1e559f50
 def main(argv=None) -> int:
     "The `chimera-slurm` command."
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -713,7 +716,7 @@ def job_description(self:JobForm) -> SlurmJob:
     res = {k: (v[k] or None) for k in ('partition', 'account', 'qos')}
     return preset(v['preset'], train, nodes=v['nodes'], gpus_per_node=v['gpus_per_node'], time=v['time'], run_dir=v['run_dir'], **res)
 
-# %% ../nbs/10_slurm.ipynb #83a2a8e0
+# %% ../nbs/10_slurm.ipynb #09805000
 @patch
 def show(self:JobForm) -> str|None:
     "Render into the output area; the script, or None (the reason is shown)."
@@ -756,6 +759,7 @@ def _ready(name, train, which='hpg-b200', **kw):
                  modules=('conda', 'cuda/12.8.1'), setup=('eval "$(conda shell.bash hook)"', 'conda activate chimera'), **kw)
     return render(job, portable=True, notes=CHANGE)
 
+# %% ../nbs/10_slurm.ipynb #27c40d3e
 def ready_scripts() -> dict:
     "{file name: script} of every ready script in slurm/."
     out = {}
