@@ -42,14 +42,14 @@ def pipe_tag(pipe:int) -> str:
     if not 0 <= pipe // 2 < len(tags): raise ValueError(f"at most {2*len(tags)} pipes have a text form, got pipe {pipe}")
     return tags[pipe // 2]
 
-# %% ../nbs/00_schedules.ipynb #92d4b9c9
+# %% ../nbs/00_schedules.ipynb #7ee14027
 def tag_pipe(tag:str) -> int:
     "Inverse of `pipe_tag`."
     if tag in _DOWN_TAGS and len(tag) == 1: return 2 * _DOWN_TAGS.index(tag)
     if tag in _UP_TAGS and len(tag) == 1: return 2 * _UP_TAGS.index(tag) + 1
     raise ValueError(f"unknown pipe tag {tag!r}: down pipes are {', '.join(_DOWN_TAGS)}, up pipes {', '.join(_UP_TAGS)}")
 
-# %% ../nbs/00_schedules.ipynb #96f29949
+# %% ../nbs/00_schedules.ipynb #000b7269
 _TOKEN = re.compile(r'([FBW])([0-9]{1,6})\.([a-z])([0-9]{1,6})', re.ASCII)
 
 def parse_action(token:str) -> Action:
@@ -99,7 +99,7 @@ class Schedule:
 
     def __eq__(self, other): return isinstance(other, Schedule) and self._key() == other._key()
 
-# %% ../nbs/00_schedules.ipynb #9426eb1b
+# %% ../nbs/00_schedules.ipynb #134e25be
 @patch
 def actions(self:Schedule, rank:int) -> list:
     "The ordered actions of `rank`."
@@ -115,7 +115,7 @@ def global_microbatch(self:Schedule, pipe:int, microbatch:int) -> int:
     "Index of (pipe, micro-batch) in the global batch: pipes take interleaved slots 0..N-1."
     return microbatch * self.num_pipes + pipe
 
-# %% ../nbs/00_schedules.ipynb #5a0af674
+# %% ../nbs/00_schedules.ipynb #3f3dff06
 @patch(as_prop=True)
 def microbatches_per_pipe(self:Schedule) -> int: return self.microbatches // self.num_pipes
 
@@ -124,7 +124,7 @@ def stage_fraction(self:Schedule) -> float:
     "Size of one stage relative to one of D equal pipeline stages (1/v for v interleaved chunks)."
     return self.num_ranks / self.num_stages
 
-# %% ../nbs/00_schedules.ipynb #89004e29
+# %% ../nbs/00_schedules.ipynb #3799c38a
 @patch
 def _placement_index(self:Schedule) -> tuple:
     "({rank: sorted stages}, {stage: sorted ranks}), rebuilt when the placement changes (lowering asks per rank and stage)."
@@ -146,7 +146,7 @@ def replicas(self:Schedule, stage:int) -> list:
     "Sorted ranks holding a replica of `stage` (several for Chimera)."
     return list(self._placement_index()[1].get(stage, ()))
 
-# %% ../nbs/00_schedules.ipynb #94ac9095
+# %% ../nbs/00_schedules.ipynb #9c87c27c
 @patch
 def __repr__(self:Schedule):
     opts = ''.join(f', {k}={v}' for k, v in self.options.items())
@@ -168,7 +168,7 @@ def _infer_placement(orders) -> dict:
                                  f"a (pipe, stage) lives on one rank; give it another pipe to replicate it")
     return placement
 
-# %% ../nbs/00_schedules.ipynb #c678c3d1
+# %% ../nbs/00_schedules.ipynb #72db2b36
 def _check_shape(placement:dict, num_ranks:int):
     "Pipes 0..P-1 and stages 0..S-1 without gaps, every pipe holding every stage, ranks in range."
     pipes = sorted({p for p, _ in placement}); stages = sorted({s for _, s in placement})
@@ -184,7 +184,7 @@ def _check_shape(placement:dict, num_ranks:int):
     bad = [r for r in placement.values() if not 0 <= r < num_ranks]
     if bad: raise ValueError(f"the placement names rank {bad[0]}, but the schedule has ranks 0..{num_ranks - 1}")
 
-# %% ../nbs/00_schedules.ipynb #0aac9f43
+# %% ../nbs/00_schedules.ipynb #6f294b0d
 def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw) -> Schedule:
     "Build a `Schedule` from per-rank action lists, inferring sizes (and placement) from the actions."
     if not orders: raise ValueError("a schedule needs at least one rank")
@@ -213,7 +213,7 @@ def _header(self:Schedule) -> str:
             + (f" microbatch_scale={self.microbatch_scale:g}" if self.microbatch_scale != 1 else '')
             + (" forward_only=1" if self.forward_only else ''))
 
-# %% ../nbs/00_schedules.ipynb #15eb0464
+# %% ../nbs/00_schedules.ipynb #7258205b
 def _read_header(line:str, i:int) -> tuple:
     "(name, {key: value}) of a `# schedule NAME key=value ...` line."
     words = line.lstrip('#').split()
@@ -227,7 +227,7 @@ def _read_header(line:str, i:int) -> tuple:
         except ValueError as e: raise ValueError(f"line {i}: header {k}={v[:20]!r} is not a {_HEADER_KEYS[k].__name__}") from e
     return words[1], meta
 
-# %% ../nbs/00_schedules.ipynb #6b2c1c84
+# %% ../nbs/00_schedules.ipynb #63d02034
 def _apply_header(orders, placement, name, meta) -> Schedule:
     "The schedule of `orders`, with the header's flags, checked against what the header says of its size."
     kw = {k: bool(meta[k]) for k in ('split_backward', 'recompute', 'forward_only') if k in meta}
@@ -247,14 +247,15 @@ def to_text(self:Schedule) -> str:
     lines += [f"rank {r}: " + ' '.join(a.token() for a in o) for r, o in enumerate(self.orders)]
     return '\n'.join(lines) + '\n'
 
-# %% ../nbs/00_schedules.ipynb #9605fc60
+# %% ../nbs/00_schedules.ipynb #5d22095c
 def _text_lines(text, what:str) -> list:
     if isinstance(text, (bytes, bytearray)): raise TypeError(f"{what} expects str, got bytes: decode it first (text.decode())")
     if not isinstance(text, str): raise TypeError(f"{what} expects the schedule as a str, got {type(text).__name__}")
     return text.splitlines()
 
-# %% ../nbs/00_schedules.ipynb #602b2b49
-def _from_text(text:str, name:str='custom') -> Schedule:
+# %% ../nbs/00_schedules.ipynb #ba443e06
+@patch(cls_method=True)
+def from_text(cls:Schedule, text:str, name:str='custom') -> Schedule:
     "Read the text form (placement lines and header optional)."
     orders, placement, meta = {}, {}, {}
     for i, line in enumerate(_text_lines(text, 'Schedule.from_text'), 1):
@@ -280,8 +281,6 @@ def _from_text(text:str, name:str='custom') -> Schedule:
         raise ValueError(f"ranks must be numbered 0..R-1 without gaps, got {sorted(orders)[:10]}")
     return _apply_header([orders[r] for r in range(len(orders))], placement, name, meta)
 
-Schedule.from_text = staticmethod(_from_text)
-
 # %% ../nbs/00_schedules.ipynb #51434a40
 @patch
 def to_csv(self:Schedule) -> str:
@@ -291,8 +290,9 @@ def to_csv(self:Schedule) -> str:
     for r, o in enumerate(self.orders): w.writerow([r] + [a.token() for a in o])
     return _header(self) + '\n' + buf.getvalue()
 
-# %% ../nbs/00_schedules.ipynb #95989ed0
-def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedule:
+# %% ../nbs/00_schedules.ipynb #829d43f6
+@patch(cls_method=True)
+def from_csv(cls:Schedule, text:str, name:str='custom', microbatches:int|None=None) -> Schedule:
     "Read the CSV form: an optional header line, then rows 'rank,action,action,...' (placement read off the actions)."
     lines, meta = _text_lines(text, 'Schedule.from_csv'), {}
     if lines and lines[0].lstrip().startswith('#'): name, meta = _read_header(lines[0].strip(), 1); lines = lines[1:]
@@ -310,8 +310,6 @@ def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedu
     if microbatches is not None: meta['microbatches'] = microbatches
     return _apply_header([orders[r] for r in range(len(orders))], {}, name, meta)
 
-Schedule.from_csv = staticmethod(_from_csv)
-
 # %% ../nbs/00_schedules.ipynb #4c61cd1a
 DEPENDS = {'F': (('F', -1),), 'B': (('B', +1), ('F', 0)), 'W': (('B', 0),)}  # kind -> ((kind it waits for, stage offset), ...)
 
@@ -324,7 +322,7 @@ def dependencies(a:Action, num_stages:int) -> list:
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
-# %% ../nbs/00_schedules.ipynb #bb8fc749
+# %% ../nbs/00_schedules.ipynb #9c5694b4
 def _first_missing(place:dict, npp:int, kinds:tuple, seen:set) -> tuple|None:
     "(rank, action) of the first action of `kinds` for some (pipe, stage) and micro-batch that `seen` lacks, else None."
     for (p, st), r in sorted(place.items()):
@@ -333,7 +331,7 @@ def _first_missing(place:dict, npp:int, kinds:tuple, seen:set) -> tuple|None:
                 if (k, st, mb, p) not in seen: return r, Action(k, st, mb, p)
     return None
 
-# %% ../nbs/00_schedules.ipynb #6b91c815
+# %% ../nbs/00_schedules.ipynb #e0e53262
 def _check_complete(s:Schedule):
     kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
     if s.num_pipes < 1 or s.microbatches < 1 or s.microbatches % s.num_pipes:
@@ -362,7 +360,7 @@ def _check_complete(s:Schedule):
         r, a = _first_missing(place, npp, kinds, seen)
         raise ScheduleError(f"rank {r}: action {a.token()} is missing (every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #ee048a13
+# %% ../nbs/00_schedules.ipynb #690a65f4
 def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
     "Each stuck rank, its next action and the dependency it waits for (later on the same rank, or on a stuck rank)."
     msgs = []
@@ -375,7 +373,7 @@ def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
         msgs.append(f"rank {r}, step {pos[r]}: {a.token()} waits for {d.token()} {where}")
     return "schedule deadlocks:\n  " + '\n  '.join(msgs)
 
-# %% ../nbs/00_schedules.ipynb #92f98296
+# %% ../nbs/00_schedules.ipynb #06d86896
 def replay(s:Schedule, # the schedule
            durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
           ) -> tuple:
@@ -423,7 +421,7 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #3a66b046
+# %% ../nbs/00_schedules.ipynb #385fa588
 def _successors(actions:list, num_stages:int) -> tuple:
     "({action: actions that wait for it}, {action: how many of its dependencies are among `actions`})."
     aset, succ, missing = set(actions), defaultdict(list), {}
@@ -434,7 +432,7 @@ def _successors(actions:list, num_stages:int) -> tuple:
         for d in ds: succ[d].append(a)
     return succ, missing
 
-# %% ../nbs/00_schedules.ipynb #3bc0617e
+# %% ../nbs/00_schedules.ipynb #6c543254
 def _pick(ready:list, parked:list, ok:Callable):
     "Pop the best action of the heap `ready` that `ok` allows (None if none); the refused ones go to `parked`."
     while ready:
@@ -443,7 +441,7 @@ def _pick(ready:list, parked:list, ok:Callable):
         parked.append(item)
     return None
 
-# %% ../nbs/00_schedules.ipynb #16c4eb38
+# %% ../nbs/00_schedules.ipynb #913379f1
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -495,7 +493,7 @@ def gpipe(stages:int, microbatches:int) -> Schedule:
     orders = [[Action('F', r, m) for m in range(N)] + [Action('B', r, m) for m in range(N)] for r in range(D)]
     return Schedule('gpipe', D, D, 1, N, _linear_placement(D), orders)
 
-# %% ../nbs/00_schedules.ipynb #5dde9ac5
+# %% ../nbs/00_schedules.ipynb #f1c5a2da
 def one_f_one_b(stages:int, microbatches:int) -> Schedule:
     "1F1B (DAPPLE / PipeDream-Flush): warm-up forwards, alternate F and B, drain the backwards."
     D, N = stages, microbatches
@@ -521,7 +519,7 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
             place[(p, s)] = r if p % 2 == 0 else D - 1 - r
     return place
 
-# %% ../nbs/00_schedules.ipynb #52260afa
+# %% ../nbs/00_schedules.ipynb #dd46c294
 def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     "Per rank, the (slot, action) pairs of Chimera's order: F of micro-batch j at σ + 2j, B at 2D-1-σ + 2j, units 2D apart."
     D, per = stages, stages // pipes
@@ -556,7 +554,7 @@ def _doubling_phases(D:int, N:int) -> list:
         orders.append(o)
     return orders
 
-# %% ../nbs/00_schedules.ipynb #909f331b
+# %% ../nbs/00_schedules.ipynb #243cf135
 def _doubling_listed(D:int, N:int) -> list:
     "Forward doubling for any N = uD, u >= 2, list-scheduled at F = 1, B = 2: forwards first, at most one unit ahead."
     place, per = chimera_placement(D), D // 2
@@ -577,7 +575,7 @@ def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
     allow = lambda r, a, st: a.kind != 'F' or (st['f'] >= unit(a) * D and st['f'] - st['w'] < D)
     return list_schedule(place, D, D, acts, prio, allow)
 
-# %% ../nbs/00_schedules.ipynb #5a3d1c37
+# %% ../nbs/00_schedules.ipynb #4876c22c
 def _check_chimera(D:int, N:int, pipes:int, concat:str):
     "Refuse what Chimera cannot run: odd D, odd pipes, pipes not dividing D, N not whole units, a concat its pipes lack."
     _need(D >= 2 and D % 2 == 0, f"Chimera needs an even number of stages (at least 2), got {D}")
@@ -590,7 +588,7 @@ def _check_chimera(D:int, N:int, pipes:int, concat:str):
     _need(concat in ('direct', 'zero-bubble') or pipes == 2, f"Chimera {concat} is defined for 2 pipes, got pipes={pipes}")
     _need(concat != 'doubling' or N >= 2 * D, f"Chimera forward doubling needs at least two basic units, N >= {2 * D}, got N={N}")
 
-# %% ../nbs/00_schedules.ipynb #3c72ac92
+# %% ../nbs/00_schedules.ipynb #ad03fd00
 def chimera(stages:int, # D: ranks = stages, even
             microbatches:int, # N per worker, a multiple of D (of 2D for doubling)
             pipes:int=2, # 2k pipes
@@ -708,7 +706,7 @@ def _as_int(v, what:str, lo:int, hi:int) -> int:
     if not lo <= v <= hi: raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {v}")
     return v
 
-# %% ../nbs/00_schedules.ipynb #566ddbb3
+# %% ../nbs/00_schedules.ipynb #9ad1e142
 def _check_options(key:str, options:dict) -> dict:
     "`options` checked against generator `key`'s parameters (integer options as ints)."
     allowed = set(inspect.signature(SCHEDULES[key]).parameters) - {'stages', 'microbatches'}
@@ -720,7 +718,7 @@ def _check_options(key:str, options:dict) -> dict:
         elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
     return out
 
-# %% ../nbs/00_schedules.ipynb #34e06692
+# %% ../nbs/00_schedules.ipynb #99791d75
 def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved, zbh1, ...)
                   stages:int, # D: pipeline ranks
                   microbatches:int, # N: micro-batches per worker per iteration
@@ -750,7 +748,7 @@ def to_torch(self:Schedule) -> dict:
     from chimera_nb._compat import torch_action
     return {r: [torch_action(a.kind, a.stage, a.microbatch, self.split_backward) for a in o] for r, o in enumerate(self.orders)}
 
-# %% ../nbs/00_schedules.ipynb #2f9fb258
+# %% ../nbs/00_schedules.ipynb #111f3fe4
 @patch
 def to_torch_csv(self:Schedule) -> str:
     "The same as CSV (one row per rank), the file `_PipelineScheduleRuntime._load_csv(path, format='compute_only')` reads."
@@ -759,7 +757,8 @@ def to_torch_csv(self:Schedule) -> str:
     return buf.getvalue()
 
 # %% ../nbs/00_schedules.ipynb #c8541ff0
-def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
+@patch(cls_method=True)
+def from_torch(cls:Schedule, order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
                 name:str='torch', microbatches:int|None=None) -> Schedule:
     "A `Schedule` from torch.distributed.pipelining's compute-only order (bubbles, None, are dropped)."
     from chimera_nb._compat import torch_action_parts
@@ -778,8 +777,6 @@ def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline
             else: acts.append(Action('B' if k == 'I' else k, st, mb))
         orders.append(acts)
     return _from_orders(orders, name=name, microbatches=microbatches, split_backward=split)
-
-Schedule.from_torch = staticmethod(_from_torch)
 
 # %% ../nbs/00_schedules.ipynb #99874122
 @patch
