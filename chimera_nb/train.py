@@ -36,7 +36,7 @@ class TaskData:
     num_labels: int = 2           # classes (classify, image)
     model_config: dict = field(default_factory=dict)  # what the model must agree with (e.g. the CNN's input)
 
-# %% ../nbs/07_train.ipynb #4d70c68c
+# %% ../nbs/07_train.ipynb #90d07841
 def _family(cfg:TrainConfig) -> str:
     "The model family (a hub model's is read from its config here)."
     from chimera_nb.models import _family_of
@@ -62,7 +62,7 @@ def tokenizer_for(cfg:TrainConfig, texts) -> object:
     if family == 'gpt2' and vocab == 50257: return D.gpt2_tokenizer()
     return D.train_tokenizer(texts, 'wordpiece' if family == 'bert' else 'bpe', vocab_size=vocab)
 
-# %% ../nbs/07_train.ipynb #9f8218d7
+# %% ../nbs/07_train.ipynb #f26ca593
 def check_data(cfg:TrainConfig):
     "Refuse a data name the task cannot read, without loading anything (a SLURM submit asks this before the job starts)."
     task, d = cfg.task or (TASKS[cfg.spec.family][0] if cfg.spec.family else None), cfg.data
@@ -74,7 +74,7 @@ def check_data(cfg:TrainConfig):
     if task in ('mlm', 'clm') and d not in D.CORPORA and os.path.isabs(os.path.expanduser(d)) and not os.path.exists(os.path.expanduser(d)):
         raise SpecError(f"corpus path {d!r} does not exist: check it, or name a built-in corpus ({', '.join(D.CORPORA)})")
 
-# %% ../nbs/07_train.ipynb #57d34042
+# %% ../nbs/07_train.ipynb #6c17ed91
 def prepare_data(cfg:TrainConfig) -> TaskData:
     "The task's training and evaluation examples (cached where they are built), checked to fill a global batch."
     check_data(cfg)   # the names, before anything is loaded
@@ -104,7 +104,7 @@ def _prepare_data(cfg:TrainConfig) -> TaskData:
                              f"micro_batch_size): use smaller batches, a shorter seq_len, or more data")
     return out
 
-# %% ../nbs/07_train.ipynb #9c2a22ce
+# %% ../nbs/07_train.ipynb #5dc9892f
 def split_batch(batch:dict) -> tuple:
     "(inputs, targets) of a batch: the labels are the targets, the rest the first stage's input payload."
     x = {k: v for k, v in batch.items() if k != 'labels'}
@@ -164,7 +164,7 @@ def _split(obj, prefix:str, tensors:dict):
     if obj is None or isinstance(obj, (bool, int, float, str)): return obj
     raise TypeError(f"checkpoint: cannot store a {type(obj).__name__} at {prefix} without pickle")
 
-# %% ../nbs/07_train.ipynb #9edf031f
+# %% ../nbs/07_train.ipynb #b5acbebe
 def _join(obj, tensors:dict):
     "The inverse of `_split`."
     if isinstance(obj, dict):
@@ -213,7 +213,7 @@ def read_manifest(d:Path) -> tuple:
           and all(isinstance(r, dict) and isinstance(r.get('size'), int) and isinstance(r.get('sha256'), str) for r in files.values()))
     return (m, None) if ok else (None, "its manifest is malformed (step, world, config or a file's size and hash missing)")
 
-# %% ../nbs/07_train.ipynb #8e54f293
+# %% ../nbs/07_train.ipynb #3d372dcd
 def verify_checkpoint(d:Path, world:int, schedule_text:str) -> str|None:
     "Why checkpoint folder `d` cannot be used by this run (None: it is complete and intact)."
     m, why = read_manifest(d)
@@ -238,7 +238,7 @@ def latest_checkpoint(cfg:TrainConfig, world:int, schedule_text:str) -> tuple:
         skipped.append(f"{d.name}: {why}")
     return None, skipped
 
-# %% ../nbs/07_train.ipynb #407bd41d
+# %% ../nbs/07_train.ipynb #cde07921
 def check_resume(cfg:TrainConfig) -> int|None:
     "Refuse to resume a checkpoint of another run (one line: the fields, and how to go on); the newest manifest's step."
     root = Path(cfg.checkpoint_dir)
@@ -267,7 +267,7 @@ def _read_state(d:Path, rank:int, files:dict, device) -> dict:
         raise SpecError(f"checkpoint {d} holds a file that is not a chimera_nb checkpoint ({type(e).__name__}): "
                         f"resume from another checkpoint_dir") from e
 
-# %% ../nbs/07_train.ipynb #a11aaa92
+# %% ../nbs/07_train.ipynb #e935a1a9
 def load_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched) -> int:
     "Restore the newest intact checkpoint that rank 0 finds (all ranks take the same); return its step (0: none)."
     d, skipped = latest_checkpoint(cfg, rt.world, rt.schedule.to_text()) if rt.rank == 0 else (None, [])
@@ -370,7 +370,7 @@ class TrainResult:
 class TrainingDiverged(FloatingPointError):
     "Steps in a row had a non-finite loss or gradient norm; the run stopped and kept its last good checkpoint."
 
-# %% ../nbs/07_train.ipynb #af630caf
+# %% ../nbs/07_train.ipynb #fde9beeb
 class MetricsLog:
     "Rank 0's JSON-lines metrics (appended, so a resumed run continues the file)."
     def __init__(self, path): self.path = Path(path) if path else None
@@ -386,7 +386,7 @@ def _quiet():
         import transformers, huggingface_hub
         transformers.utils.logging.disable_progress_bar(); huggingface_hub.utils.disable_progress_bars()
 
-# %% ../nbs/07_train.ipynb #0c7d5159
+# %% ../nbs/07_train.ipynb #7920418f
 def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     "Data, model, runtime, optimizer and learning-rate schedule of this rank."
     if world != cfg.world_size:
@@ -403,8 +403,8 @@ def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: lr_factor(cfg, t))
     return td, pm, rt, opt, sched
 
-# %% ../nbs/07_train.ipynb #ef0ea9e0
-def _optimizer_step(rt:PipelineRuntime, opt, cfg:TrainConfig, x, y) -> tuple:
+# %% ../nbs/07_train.ipynb #709d88fb
+def _update(rt:PipelineRuntime, opt, cfg:TrainConfig, x, y) -> tuple:
     "(loss, gradient norm, None) after one update, or (nan, nan, the NonFiniteLossError) when it was refused."
     try:
         loss = rt.step(x, y)
@@ -430,7 +430,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
             if on_step is not None: on_step(step, rt)
             t0 = time.perf_counter()
             x, y = split_batch(D.shard(D.global_batch(td.train, step, cfg.global_batch_size, cfg.seed), rt.dp_rank, cfg.spec.W))
-            loss, norm, err = _optimizer_step(rt, opt, cfg, x, y)
+            loss, norm, err = _update(rt, opt, cfg, x, y)
             skips = skips + 1 if err else 0   # the same on every rank: skip the update; stop after max_skips in a row
             if err and skips >= cfg.max_skips: return TrainResult(step, False, losses, ev, {}, _diverged(cfg, step, skips, err))
             if err: warnings.warn(str(err))
@@ -459,13 +459,13 @@ def _diverged(cfg, step, skips, e) -> str:
     return (f"stopped at step {step + 1}: {skips} steps in a row had no finite update (last: {e}){kept}. Likely cause: a learning "
             f"rate too high for this model (lr={cfg.lr:g}, clip_grad={cfg.clip_grad}) or non-finite input data: lower lr or clip_grad")
 
-# %% ../nbs/07_train.ipynb #fa6f70df
+# %% ../nbs/07_train.ipynb #4fcc8ed5
 def _bar(cfg, start):
     if not cfg.progress: return None
     from tqdm.auto import tqdm
     return tqdm(total=cfg.steps, initial=start, desc=f"{cfg.spec.label} D={cfg.spec.D} W={cfg.spec.W}", unit='step')
 
-# %% ../nbs/07_train.ipynb #66cf2f63
+# %% ../nbs/07_train.ipynb #1cbd127d
 def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
     "Rank 0's metrics line of one step (and its progress bar)."
     tl = rt.timeline
@@ -476,7 +476,7 @@ def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
               **{k: [None if math.isnan(v) else v for v in vs] for k, vs in per_rank.items()})
     if bar is not None: bar.update(1); bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{cfg.global_batch_size / dt:.1f}")
 
-# %% ../nbs/07_train.ipynb #a0132860
+# %% ../nbs/07_train.ipynb #559f5b9e
 def _profile(cfg, pm, td, rt):
     "Per-stage costs measured on one micro-batch before training (rank 0, which has built every stage): the prediction."
     from chimera_nb.partition import profile_layers
@@ -527,7 +527,7 @@ def check_outputs(cfg:TrainConfig):
             with tempfile.NamedTemporaryFile(dir=p): pass
         except OSError as e: raise SpecError(f"{what}: cannot write into {str(p)!r} ({e.strerror or e}): choose a writable folder") from e
 
-# %% ../nbs/07_train.ipynb #48be21c3
+# %% ../nbs/07_train.ipynb #11a01324
 def _check_env():
     "A torchrun / srun environment is there, and its variables are numbers."
     if not ({'RANK', 'WORLD_SIZE'} <= set(os.environ) or 'SLURM_PROCID' in os.environ):
@@ -559,7 +559,7 @@ def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     if res.error: raise TrainingDiverged(res.error)
     return res
 
-# %% ../nbs/07_train.ipynb #ef2ab653
+# %% ../nbs/07_train.ipynb #0c1b63b5
 def run_command(cfg:TrainConfig) -> int:
     "Run `cfg` as the `chimera-train` command does; the exit code (0 done, 75 stopped with a checkpoint, 2 bad input, 3 diverged, 1 failed)."
     try: res = train(cfg)
@@ -575,7 +575,7 @@ def run_command(cfg:TrainConfig) -> int:
     if res.summary: print(json.dumps({k: v for k, v in res.summary.items() if k not in ('config', 'spec')}, default=str))
     return 0
 
-# %% ../nbs/07_train.ipynb #8446960d
+# %% ../nbs/07_train.ipynb #d95f120b
 def main(argv=None) -> int:
     "`python -m chimera_nb.train`: the same as `chimera-train` (flags parsed by `spec.main`, without torch)."
     from chimera_nb.spec import main as spec_main
