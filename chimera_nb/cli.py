@@ -31,6 +31,7 @@ def notes(tab) -> list:
     "The closed forms' assumptions, one line per schedule that has one (printed under the table, not as a wide column)."
     return [f"  {s}: {n}" for s, n in zip(tab.schedule, tab.assumes) if n]
 
+# %% ../nbs/11_cli.ipynb #251003b1
 def print_tables(stages:int=4, # pipeline depth D
                  microbatches:int=8, # micro-batches N
                  out=None): # stream to print to (stdout)
@@ -118,6 +119,7 @@ def parse_costs(text:str, # 'paper', 'f=b', or 'F,B,W' (three non-negative numbe
         raise ValueError(f"--costs is 'paper', 'f=b' or three numbers F,B,W (e.g. 1,1,1), got {text!r}") from e
     return Costs(f, b, w, p2p=p2p, allreduce=allreduce)
 
+# %% ../nbs/11_cli.ipynb #9c85d578
 def parse_options(pairs:list) -> dict:
     "Generator options from `key=value` strings (`concat=doubling`, `pipes=4`)."
     opts = {}
@@ -167,6 +169,7 @@ def _cost_args(p):
     p.add_argument('--p2p', type=float, default=0.0, help='latency of one point-to-point message')
     p.add_argument('--allreduce', type=float, default=0.0, help='gradient all-reduce time of a stage')
 
+# %% ../nbs/11_cli.ipynb #90b79102
 def _parser():
     p = argparse.ArgumentParser(prog='chimera-nb', description='chimera_nb: Chimera pipeline schedules, simulation, plots, training')
     sub = p.add_subparsers(dest='cmd', required=True)

@@ -15,7 +15,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from fastcore.basics import patch
-from .failures import PipelineFailure, check_positive
+from .failures import PipelineFailure
+from .spec import check_number
 from . import _compat
 
 # %% ../nbs/06e_comm.ipynb #83a10074
@@ -126,6 +127,7 @@ class _ThreadWork:
     def __init__(self, fn=None, ready=None): self.fn, self.ready = fn, ready
     def is_completed(self): return self.fn is None or (self.ready is not None and self.ready())
 
+# %% ../nbs/06e_comm.ipynb #23ef215d
 class ThreadWorld:
     "Shared state of in-process ranks: message queues, collective rendezvous and the failure board."
     def __init__(self, size:int):
@@ -159,6 +161,7 @@ def isend(self:ThreadComm, t, dst, tag):
         self.w.cond.notify_all()
     return _ThreadWork()
 
+# %% ../nbs/06e_comm.ipynb #d647b959
 @patch
 def irecv(self:ThreadComm, t, src, tag):
     q = self.w.queues.setdefault((src, self.rank, tag), deque())
@@ -167,7 +170,10 @@ def irecv(self:ThreadComm, t, src, tag):
         with self.w.cond: t.copy_(q.popleft())
     return _ThreadWork(fn, lambda: bool(q))
 
-ThreadComm.header_send, ThreadComm.header_recv = ThreadComm.isend, ThreadComm.irecv
+@patch
+def header_send(self:ThreadComm, t, dst, tag): return self.isend(t, dst, tag)
+@patch
+def header_recv(self:ThreadComm, t, src, tag): return self.irecv(t, src, tag)
 
 # %% ../nbs/06e_comm.ipynb #b25d7636
 @patch
@@ -198,6 +204,7 @@ def all_reduce(self:ThreadComm, t, group, op='sum'):
         t.copy_(out)
     return self._collective(group, t, combine)
 
+# %% ../nbs/06e_comm.ipynb #a92e0bbb
 @patch
 def broadcast(self:ThreadComm, t, src, group): return self._collective(group, t, lambda xs: t.copy_(xs[group.index(src)]))
 @patch
@@ -227,7 +234,7 @@ def run_threads(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in eve
                 timeout:float=120.0, # whole-run limit in seconds
                 **kwargs) -> list:
     "Run `fn` as `world_size` ranks on threads of this process (`ThreadComm`); results by rank, or a `PipelineFailure`."
-    check_positive('world_size', world_size, int, what='a positive integer')
+    check_number('world_size', world_size, int, 1)
     world, results, errors = ThreadWorld(world_size), [None] * world_size, {}
     def body(r):
         comm = threading.current_thread().chimera_comm = ThreadComm(world, r)

@@ -11,6 +11,7 @@ __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context'
 # %% ../nbs/06f_compute.ipynb #bb62568e
 import contextlib, math, threading, time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, NamedTuple
 import torch
 from torch import nn
@@ -34,6 +35,7 @@ def microbatch_seed(seed:int, # base seed of the run
 # %% ../nbs/06f_compute.ipynb #7223438e
 def _cuda(device) -> bool: return device is not None and torch.device(device).type == 'cuda'
 
+# %% ../nbs/06f_compute.ipynb #20c4e9c6
 def rng_state(device=None):
     "The CPU (and CUDA) RNG state, to replay a forward's dropout masks."
     return (torch.get_rng_state(), torch.cuda.get_rng_state(device) if _cuda(device) else None)
@@ -64,6 +66,7 @@ def layer_streams(base:int|None):
     try: yield
     finally: _streams.base = prev
 
+# %% ../nbs/06f_compute.ipynb #c5326e4b
 def layer_seed(layer:int) -> int|None:
     "The seed of global layer `layer` for the current micro-batch (None outside `layer_streams`)."
     b = getattr(_streams, 'base', None)
@@ -139,6 +142,7 @@ def output_loss(self:ComputeBackend) -> float:
     "The mean loss over the global batch (after `loss_buffer` is summed)."
     return self.losses.sum().item() / self.losses.numel()
 
+# %% ../nbs/06f_compute.ipynb #444d8875
 @patch
 def nonfinite(self:ComputeBackend) -> list:
     "Global micro-batches whose loss is NaN or infinite (after the sum)."
@@ -168,6 +172,11 @@ class ModuleCompute(ComputeBackend):
         super().begin(inputs, targets)
         self.stash, self.wstash, self.live, self.peak = {}, {}, {}, 0
 
+    @cached_property
+    def flat(self) -> dict:
+        "{stage: its flat gradient buffer}, each made at the stage's first all-reduce (`reduce_buffer`)."
+        return {}
+
 # %% ../nbs/06f_compute.ipynb #675badbb
 @patch
 def _item(self:ModuleCompute, xs:list, a:Action):
@@ -178,6 +187,7 @@ def _item(self:ModuleCompute, xs:list, a:Action):
 def record_loss(self:ModuleCompute, a:Action, loss:torch.Tensor):
     self.losses[self.ctx.global_index(a)] = loss.detach().to(torch.float64)
 
+# %% ../nbs/06f_compute.ipynb #b89ae576
 def _check_loss(loss):
     if not isinstance(loss, torch.Tensor) or loss.dim() != 0:
         raise ValueError(f"loss_fn must return a scalar (0-dim) tensor, the mean loss of the micro-batch; "
@@ -198,15 +208,6 @@ def _run(self:ModuleCompute, a:Action, inputs:list, spec, rng=None):
 
 # %% ../nbs/06f_compute.ipynb #a32aa1d1
 @patch
-def _saving(self:ModuleCompute, a:Action, fn):
-    "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
-    if not self.ctx.probe_memory: return fn()
-    from chimera_nb.partition import _saved_bytes
-    out, n = _saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
-    self._count(a, n)
-    return out
-
-@patch
 def _count(self:ModuleCompute, a:Action, nbytes:int):
     key = (a.stage, a.microbatch, a.pipe)
     self.live[key] = self.live.get(key, 0) + nbytes
@@ -215,16 +216,17 @@ def _count(self:ModuleCompute, a:Action, nbytes:int):
 @patch
 def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 
-# %% ../nbs/06f_compute.ipynb #25d71ebc
+# %% ../nbs/06f_compute.ipynb #66f7a6ee
 @patch
-def forward(self:ModuleCompute, a, x):
-    if a.stage == 0: x = self._item(self.inputs, a)
-    leaves, spec = flatten(x)
-    if a.stage > 0: leaves = [l.detach().requires_grad_(l.requires_grad and l.is_floating_point()) for l in leaves]
-    y = self._keep(a, leaves, spec)
-    if a.stage < self.ctx.schedule.num_stages - 1: return y
-    self.record_loss(a, y)
+def _saving(self:ModuleCompute, a:Action, fn):
+    "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
+    if not self.ctx.probe_memory: return fn()
+    from chimera_nb.partition import _saved_bytes
+    out, n = _saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
+    self._count(a, n)
+    return out
 
+# %% ../nbs/06f_compute.ipynb #25d71ebc
 @patch
 def _keep(self:ModuleCompute, a, leaves, spec):
     "Run F and stash its inputs and outputs for B."
@@ -238,9 +240,20 @@ def _restore(self:ModuleCompute, a) -> tuple:
     s = self.stash.pop((a.stage, a.microbatch, a.pipe))
     return s.inputs[0], s.outputs
 
+# %% ../nbs/06f_compute.ipynb #2d7ff579
+@patch
+def forward(self:ModuleCompute, a, x):
+    if a.stage == 0: x = self._item(self.inputs, a)
+    leaves, spec = flatten(x)
+    if a.stage > 0: leaves = [l.detach().requires_grad_(l.requires_grad and l.is_floating_point()) for l in leaves]
+    y = self._keep(a, leaves, spec)
+    if a.stage < self.ctx.schedule.num_stages - 1: return y
+    self.record_loss(a, y)
+
 # %% ../nbs/06f_compute.ipynb #23de9e3f
 def _or_zeros(gs, xs): return [g if g is not None else torch.zeros_like(x) for g, x in zip(gs, xs)]
 
+# %% ../nbs/06f_compute.ipynb #6a4dd35c
 @patch
 def backward(self:ModuleCompute, a, grads):
     leaves, y = self._restore(a)
@@ -283,9 +296,10 @@ def _views(m:nn.Module, buf:torch.Tensor):
     i = 0
     for p in _params(m): yield p, buf[i:i + p.numel()].view_as(p); i += p.numel()
 
+# %% ../nbs/06f_compute.ipynb #d46e07f2
 @patch
 def reduce_buffer(self:ModuleCompute, stage):
-    ps, flat = _params(self.ctx.stages[stage]), self.__dict__.setdefault('flat', {})
+    ps, flat = _params(self.ctx.stages[stage]), self.flat
     if stage not in flat: flat[stage] = torch.zeros(sum(p.numel() for p in ps), dtype=ps[0].dtype, device=self.ctx.device)
     for p, v in _views(self.ctx.stages[stage], flat[stage]):
         if p.grad is None: v.zero_()

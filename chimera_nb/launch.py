@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
-from .failures import PipelineFailure, check_positive
+from .failures import PipelineFailure
+from .spec import check_number
 from .comm import read_failures, report_failure
 from . import _compat
 
@@ -86,6 +87,16 @@ def _free_port() -> int:
     with socket.socket() as sk:
         sk.bind(('127.0.0.1', 0)); return sk.getsockname()[1]
 
+# %% ../nbs/06a_launch.ipynb #a029f1e3
+def _failure_text(errors:dict, # {rank: its error}
+                  reports:list, # the failure board, first report first
+                  n:int, # ranks launched
+                 ) -> str|None:
+    "None when no rank failed; else one line of the first failure, then a line per failed rank."
+    if not errors: return None
+    lines = [f"  rank {r}: {errors[r]}" for r in sorted(errors)]
+    return f"{len(errors)} of {n} ranks failed; first reported: {reports[0] if reports else errors[min(errors)]}\n" + '\n'.join(lines)
+
 # %% ../nbs/06a_launch.ipynb #cf41b6c3
 def _supervise(procs, conns, store, timeout, grace) -> tuple:
     "Collect results; on the first failure record it, wait `grace`, kill the rest; return (results, failure text)."
@@ -119,12 +130,7 @@ def _supervise(procs, conns, store, timeout, grace) -> tuple:
             if stop_at is None: stop_at = time.monotonic() + grace
     for r in sorted(alive):
         errors.setdefault(r, "killed by launch_local " + ("after another rank failed" if stop_at else f"after the {timeout}s timeout"))
-    if errors:
-        reports = read_failures(store)
-        lines = [f"  rank {r}: {errors[r]}" for r in sorted(errors)]
-        return results, (f"{len(errors)} of {n} ranks failed; first reported: "
-                         f"{reports[0] if reports else errors[min(errors)]}\n" + '\n'.join(lines))
-    return results, None
+    return results, _failure_text(errors, read_failures(store) if errors else [], n)
 
 # %% ../nbs/06a_launch.ipynb #d05eee78
 def _kill_all(procs):
@@ -133,6 +139,16 @@ def _kill_all(procs):
         except (ProcessLookupError, PermissionError, TypeError): pass
     for p in procs:
         if p.pid is not None: p.join(5)
+
+# %% ../nbs/06a_launch.ipynb #23dab25c
+def _start_ranks(ctx, fn, world_size, port, args, kwargs, threads, timeout, deadline, procs:list, conns:list):
+    "Start the `world_size` rank processes of `ctx`; append each process to `procs` and its result pipe to `conns`."
+    for r in range(world_size):
+        recv, send = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_child, args=(fn, r, world_size, port, send, args, kwargs, threads, timeout, os.getpid(), deadline),
+                        daemon=True)
+        p.start(); send.close()
+        procs.append(p); conns.append(recv)
 
 # %% ../nbs/06a_launch.ipynb #626cd6b0
 def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in every process
@@ -144,8 +160,8 @@ def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in ev
                  grace:float=10.0, # seconds the others get to stop after one fails
                  **kwargs) -> list:
     "Run `fn` in `world_size` local gloo processes; return their results by rank, or raise naming the failed rank."
-    check_positive('world_size', world_size, int, what='a positive integer')
-    check_positive('timeout', timeout, finite=False, what='a positive number of seconds')
+    check_number('world_size', world_size, int, 1)
+    check_number('timeout', timeout, float, 0, open_lo=True, finite=False)
     if dist.is_available() and dist.is_initialized():
         raise RuntimeError("launch_local must run in a process without an initialised process group")
     start_method = start_method or ('fork' if 'fork' in tmp.get_all_start_methods() else 'spawn')
@@ -153,12 +169,7 @@ def launch_local(fn:Callable, # fn(rank, world_size, *args, **kwargs), run in ev
     deadline = time.monotonic() + timeout + grace + 5
     procs, conns = [], []
     try:
-        for r in range(world_size):
-            recv, send = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(fn, r, world_size, port, send, args, kwargs, threads, timeout,
-                                                 os.getpid(), deadline), daemon=True)
-            p.start(); send.close()
-            procs.append(p); conns.append(recv)
+        _start_ranks(ctx, fn, world_size, port, args, kwargs, threads, timeout, deadline, procs, conns)
         store = dist.TCPStore('127.0.0.1', port, world_size + 1, True, wait_for_workers=False,
                               timeout=datetime.timedelta(seconds=timeout))
         results, failure = _supervise(procs, conns, store, timeout, grace)

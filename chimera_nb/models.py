@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from .partition import Stage, partition, Partition
+from .spec import Preset, PRESETS, TASKS, check_number   # beside the spec, which checks D and seq_len against them without torch
 
 # %% ../nbs/04_models.ipynb #57119f6d
 class BertEmbed(nn.Module):
@@ -31,6 +32,7 @@ class BertEmbed(nn.Module):
         am = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         return h, create_bidirectional_mask(config=self.config, inputs_embeds=h, attention_mask=am, allow_is_bidirectional_skip=False)
 
+# %% ../nbs/04_models.ipynb #7ce1e9d0
 class BertBlock(nn.Module):
     "One BERT layer: (h, mask) -> (h, mask)."
     def __init__(self, layer:nn.Module): super().__init__(); self.layer = layer
@@ -62,6 +64,7 @@ class GPT2Embed(nn.Module):
                                   position_ids=pos, allow_is_causal_skip=False)
         return self.drop(e + self.wpe(pos)), mask
 
+# %% ../nbs/04_models.ipynb #6c734411
 class GPT2BlockLayer(nn.Module):
     "One GPT-2 block: (h, mask) -> (h, mask)."
     def __init__(self, block:nn.Module): super().__init__(); self.block = block
@@ -85,9 +88,6 @@ def small_cnn(in_channels:int=1, # 1 (Fashion-MNIST) or 3 (CIFAR-10)
             nn.Sequential(nn.Flatten(), nn.Linear(2 * width * side * side, 128), nn.ReLU(), nn.Dropout(0.1)),
             nn.Linear(128, num_classes)]
 
-# %% ../nbs/04_models.ipynb #8edf9e9f
-from .spec import Preset, PRESETS, TASKS   # beside the spec, which checks D and seq_len against them without torch
-
 # %% ../nbs/04_models.ipynb #cf47d851
 def _wide(x): return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # the loss in at least fp32
 
@@ -97,6 +97,7 @@ def token_loss(logits, labels):
     n = (lab != -100).sum()
     return F.cross_entropy(_wide(flat), lab, ignore_index=-100, reduction='sum') / n.clamp(min=1)
 
+# %% ../nbs/04_models.ipynb #93ff86b1
 def causal_lm_loss(logits, labels):
     "Next-token loss: position t predicts labels[t+1] (labels are the input ids, -100 on padding)."
     return token_loss(logits[:, :-1], labels[:, 1:])
@@ -123,6 +124,7 @@ class ModelLayers:
         dup = sum(self.layers[i].get_parameter(n).numel() for key, places in self.ties.items() for i, n in places[1:])
         return sum(p.numel() for l in self.layers for p in l.parameters()) - dup
 
+# %% ../nbs/04_models.ipynb #4adc7cc7
 _BUILD = threading.Lock()  # threads share torch's global RNG: one model construction at a time
 
 @contextlib.contextmanager
@@ -148,6 +150,7 @@ def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed
                              f"(no network here); give a local path (e.g. the MiniLM BERT the project installs), or a "
                              f"preset: {', '.join(PRESETS)}") from e
 
+# %% ../nbs/04_models.ipynb #2170cd30
 @contextlib.contextmanager
 def _quiet_transformers():
     "transformers' load report lists the new head's weights as missing: expected when fine-tuning, so only errors show."
@@ -156,6 +159,7 @@ def _quiet_transformers():
     try: yield
     finally: tl.set_verbosity(old)
 
+# %% ../nbs/04_models.ipynb #030582b1
 def _bert_layers(m, task):
     enc = m.bert
     layers = [BertEmbed(enc.embeddings, m.config)] + [BertBlock(l) for l in enc.encoder.layer]
@@ -166,6 +170,15 @@ def _gpt2_layers(m, task):
     t = m.transformer
     layers = [GPT2Embed(t.wte, t.wpe, t.drop, m.config)] + [GPT2BlockLayer(b) for b in t.h]
     return layers + [GPT2Head(t.ln_f, m.lm_head)], {'embeddings': [(0, 'wte.weight'), (len(layers), 'lm_head.weight')]}
+
+# %% ../nbs/04_models.ipynb #96d9d531
+def _family_of(path) -> str:
+    from transformers import AutoConfig
+    try: t = AutoConfig.from_pretrained(path).model_type
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot read a model config at {path!r}: is it a folder with config.json (or a hub name while online)?") from e
+    if t not in ('bert', 'gpt2'): raise ValueError(f"{path!r} is a {t} model; chimera_nb builds BERT and GPT-2 models")
+    return t
 
 # %% ../nbs/04_models.ipynb #9084826c
 def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a saved BERT / GPT-2
@@ -193,14 +206,6 @@ def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a s
     seq = seq or (m.config.max_position_embeddings if family == 'bert' else m.config.n_positions)
     out = ModelLayers(layers, LOSSES[task], task, family, m.config, seq, ties)
     return _untie(out) if untie else out
-
-def _family_of(path) -> str:
-    from transformers import AutoConfig
-    try: t = AutoConfig.from_pretrained(path).model_type
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read a model config at {path!r}: is it a folder with config.json (or a hub name while online)?") from e
-    if t not in ('bert', 'gpt2'): raise ValueError(f"{path!r} is a {t} model; chimera_nb builds BERT and GPT-2 models")
-    return t
 
 # %% ../nbs/04_models.ipynb #44e28429
 def _untie(m:ModelLayers) -> ModelLayers:
@@ -241,7 +246,7 @@ def to_stages(model:ModelLayers, # from `build`
               by='params', # how to balance them: 'params', 'time', 'memory' or boundaries (see `partition`)
               **kw) -> PipelineModel:
     "Split `model` into `stages` stages, its ties mapped to (stage, parameter name)."
-    if not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    check_number('stages', stages, int, 1)
     if stages > len(model.layers):
         raise ValueError(f"{stages} stages need at least {stages} layers; this {model.family} model has {len(model.layers)} "
                          f"(embeddings, {len(model.layers) - 2} blocks, head): use fewer stages or a deeper preset")

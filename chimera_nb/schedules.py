@@ -15,8 +15,8 @@ import contextlib, csv, gc, heapq, inspect, io, numbers, re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Callable, Iterable
+from fastcore.basics import patch
 
-# %% ../nbs/00_schedules.ipynb #f59934be
 KINDS = ('F', 'B', 'W')
 
 class Action(NamedTuple):
@@ -42,12 +42,14 @@ def pipe_tag(pipe:int) -> str:
     if not 0 <= pipe // 2 < len(tags): raise ValueError(f"at most {2*len(tags)} pipes have a text form, got pipe {pipe}")
     return tags[pipe // 2]
 
+# %% ../nbs/00_schedules.ipynb #7ee14027
 def tag_pipe(tag:str) -> int:
     "Inverse of `pipe_tag`."
     if tag in _DOWN_TAGS and len(tag) == 1: return 2 * _DOWN_TAGS.index(tag)
     if tag in _UP_TAGS and len(tag) == 1: return 2 * _UP_TAGS.index(tag) + 1
     raise ValueError(f"unknown pipe tag {tag!r}: down pipes are {', '.join(_DOWN_TAGS)}, up pipes {', '.join(_UP_TAGS)}")
 
+# %% ../nbs/00_schedules.ipynb #000b7269
 _TOKEN = re.compile(r'([FBW])([0-9]{1,6})\.([a-z])([0-9]{1,6})', re.ASCII)
 
 def parse_action(token:str) -> Action:
@@ -88,44 +90,6 @@ class Schedule:
     microbatch_scale: float = 1.0               # size of each micro-batch relative to the nominal one (0.5: backward halving)
     forward_only: bool = False                  # inference / evaluation: F actions only, no gradients
 
-    def actions(self, rank:int) -> list:
-        "The ordered actions of `rank`."
-        return self.orders[rank]
-
-    @property
-    def microbatches_per_pipe(self) -> int: return self.microbatches // self.num_pipes
-
-    def rank_of(self, pipe:int, stage:int) -> int:
-        "The rank that holds `stage` of `pipe`."
-        return self.placement[(pipe, stage)]
-
-    def _placement_index(self) -> tuple:
-        "({rank: sorted stages}, {stage: sorted ranks}), rebuilt when the placement changes (lowering asks per rank and stage)."
-        idx = self.__dict__.get('_pidx')
-        if idx is None or idx[0] is not self.placement or idx[1] != len(self.placement):
-            by_rank, by_stage = defaultdict(set), defaultdict(set)
-            for (p, st), r in self.placement.items(): by_rank[r].add(st); by_stage[st].add(r)
-            idx = self._pidx = (self.placement, len(self.placement), {r: sorted(v) for r, v in by_rank.items()},
-                                {st: sorted(v) for st, v in by_stage.items()})
-        return idx[2], idx[3]
-
-    def stages_of(self, rank:int) -> list:
-        "Sorted distinct stages held by `rank` (over all pipes)."
-        return list(self._placement_index()[0].get(rank, ()))
-
-    def replicas(self, stage:int) -> list:
-        "Sorted ranks holding a replica of `stage` (several for Chimera)."
-        return list(self._placement_index()[1].get(stage, ()))
-
-    def global_microbatch(self, pipe:int, microbatch:int) -> int:
-        "Index of (pipe, micro-batch) in the global batch: pipes take interleaved slots 0..N-1."
-        return microbatch * self.num_pipes + pipe
-
-    @property
-    def stage_fraction(self) -> float:
-        "Size of one stage relative to one of D equal pipeline stages (1/v for v interleaved chunks)."
-        return self.num_ranks / self.num_stages
-
     def __len__(self): return sum(len(o) for o in self.orders)
 
     def _key(self):
@@ -135,14 +99,63 @@ class Schedule:
 
     def __eq__(self, other): return isinstance(other, Schedule) and self._key() == other._key()
 
-    def __repr__(self):
-        opts = ''.join(f', {k}={v}' for k, v in self.options.items())
-        head = (f"Schedule({self.name!r}, D={self.num_ranks}, N={self.microbatches}, stages={self.num_stages}, "
-                f"pipes={self.num_pipes}{opts}, {len(self)} actions)")
-        rows = [f"  rank {r}: " + ' '.join(a.token() for a in o[:12]) + (' …' if len(o) > 12 else '')
-                for r, o in enumerate(self.orders[:8])]
-        if self.num_ranks > 8: rows.append(f"  … {self.num_ranks - 8} more ranks")
-        return '\n'.join([head] + rows)
+# %% ../nbs/00_schedules.ipynb #134e25be
+@patch
+def actions(self:Schedule, rank:int) -> list:
+    "The ordered actions of `rank`."
+    return self.orders[rank]
+
+@patch
+def rank_of(self:Schedule, pipe:int, stage:int) -> int:
+    "The rank that holds `stage` of `pipe`."
+    return self.placement[(pipe, stage)]
+
+@patch
+def global_microbatch(self:Schedule, pipe:int, microbatch:int) -> int:
+    "Index of (pipe, micro-batch) in the global batch: pipes take interleaved slots 0..N-1."
+    return microbatch * self.num_pipes + pipe
+
+# %% ../nbs/00_schedules.ipynb #3f3dff06
+@patch(as_prop=True)
+def microbatches_per_pipe(self:Schedule) -> int: return self.microbatches // self.num_pipes
+
+@patch(as_prop=True)
+def stage_fraction(self:Schedule) -> float:
+    "Size of one stage relative to one of D equal pipeline stages (1/v for v interleaved chunks)."
+    return self.num_ranks / self.num_stages
+
+# %% ../nbs/00_schedules.ipynb #3799c38a
+@patch
+def _placement_index(self:Schedule) -> tuple:
+    "({rank: sorted stages}, {stage: sorted ranks}), rebuilt when the placement changes (lowering asks per rank and stage)."
+    idx = self.__dict__.get('_pidx')
+    if idx is None or idx[0] is not self.placement or idx[1] != len(self.placement):
+        by_rank, by_stage = defaultdict(set), defaultdict(set)
+        for (p, st), r in self.placement.items(): by_rank[r].add(st); by_stage[st].add(r)
+        idx = self._pidx = (self.placement, len(self.placement), {r: sorted(v) for r, v in by_rank.items()},
+                            {st: sorted(v) for st, v in by_stage.items()})
+    return idx[2], idx[3]
+
+@patch
+def stages_of(self:Schedule, rank:int) -> list:
+    "Sorted distinct stages held by `rank` (over all pipes)."
+    return list(self._placement_index()[0].get(rank, ()))
+
+@patch
+def replicas(self:Schedule, stage:int) -> list:
+    "Sorted ranks holding a replica of `stage` (several for Chimera)."
+    return list(self._placement_index()[1].get(stage, ()))
+
+# %% ../nbs/00_schedules.ipynb #9c87c27c
+@patch
+def __repr__(self:Schedule):
+    opts = ''.join(f', {k}={v}' for k, v in self.options.items())
+    head = (f"Schedule({self.name!r}, D={self.num_ranks}, N={self.microbatches}, stages={self.num_stages}, "
+            f"pipes={self.num_pipes}{opts}, {len(self)} actions)")
+    rows = [f"  rank {r}: " + ' '.join(a.token() for a in o[:12]) + (' …' if len(o) > 12 else '')
+            for r, o in enumerate(self.orders[:8])]
+    if self.num_ranks > 8: rows.append(f"  … {self.num_ranks - 8} more ranks")
+    return '\n'.join([head] + rows)
 
 # %% ../nbs/00_schedules.ipynb #227481a4
 def _infer_placement(orders) -> dict:
@@ -155,6 +168,7 @@ def _infer_placement(orders) -> dict:
                                  f"a (pipe, stage) lives on one rank; give it another pipe to replicate it")
     return placement
 
+# %% ../nbs/00_schedules.ipynb #72db2b36
 def _check_shape(placement:dict, num_ranks:int):
     "Pipes 0..P-1 and stages 0..S-1 without gaps, every pipe holding every stage, ranks in range."
     pipes = sorted({p for p, _ in placement}); stages = sorted({s for _, s in placement})
@@ -170,6 +184,7 @@ def _check_shape(placement:dict, num_ranks:int):
     bad = [r for r in placement.values() if not 0 <= r < num_ranks]
     if bad: raise ValueError(f"the placement names rank {bad[0]}, but the schedule has ranks 0..{num_ranks - 1}")
 
+# %% ../nbs/00_schedules.ipynb #6f294b0d
 def _from_orders(orders, name='custom', placement=None, microbatches=None, **kw) -> Schedule:
     "Build a `Schedule` from per-rank action lists, inferring sizes (and placement) from the actions."
     if not orders: raise ValueError("a schedule needs at least one rank")
@@ -198,6 +213,7 @@ def _header(self:Schedule) -> str:
             + (f" microbatch_scale={self.microbatch_scale:g}" if self.microbatch_scale != 1 else '')
             + (" forward_only=1" if self.forward_only else ''))
 
+# %% ../nbs/00_schedules.ipynb #7258205b
 def _read_header(line:str, i:int) -> tuple:
     "(name, {key: value}) of a `# schedule NAME key=value ...` line."
     words = line.lstrip('#').split()
@@ -211,6 +227,7 @@ def _read_header(line:str, i:int) -> tuple:
         except ValueError as e: raise ValueError(f"line {i}: header {k}={v[:20]!r} is not a {_HEADER_KEYS[k].__name__}") from e
     return words[1], meta
 
+# %% ../nbs/00_schedules.ipynb #63d02034
 def _apply_header(orders, placement, name, meta) -> Schedule:
     "The schedule of `orders`, with the header's flags, checked against what the header says of its size."
     kw = {k: bool(meta[k]) for k in ('split_backward', 'recompute', 'forward_only') if k in meta}
@@ -221,7 +238,8 @@ def _apply_header(orders, placement, name, meta) -> Schedule:
     return s
 
 # %% ../nbs/00_schedules.ipynb #2f0cf9c0
-def _to_text(self:Schedule) -> str:
+@patch
+def to_text(self:Schedule) -> str:
     "Text form: header, placement per pipe, then one line of tokens per rank."
     lines = [_header(self)]
     for p in range(self.num_pipes):
@@ -229,12 +247,15 @@ def _to_text(self:Schedule) -> str:
     lines += [f"rank {r}: " + ' '.join(a.token() for a in o) for r, o in enumerate(self.orders)]
     return '\n'.join(lines) + '\n'
 
+# %% ../nbs/00_schedules.ipynb #5d22095c
 def _text_lines(text, what:str) -> list:
     if isinstance(text, (bytes, bytearray)): raise TypeError(f"{what} expects str, got bytes: decode it first (text.decode())")
     if not isinstance(text, str): raise TypeError(f"{what} expects the schedule as a str, got {type(text).__name__}")
     return text.splitlines()
 
-def _from_text(text:str, name:str='custom') -> Schedule:
+# %% ../nbs/00_schedules.ipynb #ba443e06
+@patch(cls_method=True)
+def from_text(cls:Schedule, text:str, name:str='custom') -> Schedule:
     "Read the text form (placement lines and header optional)."
     orders, placement, meta = {}, {}, {}
     for i, line in enumerate(_text_lines(text, 'Schedule.from_text'), 1):
@@ -260,18 +281,18 @@ def _from_text(text:str, name:str='custom') -> Schedule:
         raise ValueError(f"ranks must be numbered 0..R-1 without gaps, got {sorted(orders)[:10]}")
     return _apply_header([orders[r] for r in range(len(orders))], placement, name, meta)
 
-Schedule.to_text = _to_text
-Schedule.from_text = staticmethod(_from_text)
-
 # %% ../nbs/00_schedules.ipynb #51434a40
-def _to_csv(self:Schedule) -> str:
+@patch
+def to_csv(self:Schedule) -> str:
     "CSV form: the header line, then one row per rank: the rank, then its actions."
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator='\n')
     for r, o in enumerate(self.orders): w.writerow([r] + [a.token() for a in o])
     return _header(self) + '\n' + buf.getvalue()
 
-def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedule:
+# %% ../nbs/00_schedules.ipynb #829d43f6
+@patch(cls_method=True)
+def from_csv(cls:Schedule, text:str, name:str='custom', microbatches:int|None=None) -> Schedule:
     "Read the CSV form: an optional header line, then rows 'rank,action,action,...' (placement read off the actions)."
     lines, meta = _text_lines(text, 'Schedule.from_csv'), {}
     if lines and lines[0].lstrip().startswith('#'): name, meta = _read_header(lines[0].strip(), 1); lines = lines[1:]
@@ -289,9 +310,6 @@ def _from_csv(text:str, name:str='custom', microbatches:int|None=None) -> Schedu
     if microbatches is not None: meta['microbatches'] = microbatches
     return _apply_header([orders[r] for r in range(len(orders))], {}, name, meta)
 
-Schedule.to_csv = _to_csv
-Schedule.from_csv = staticmethod(_from_csv)
-
 # %% ../nbs/00_schedules.ipynb #4c61cd1a
 DEPENDS = {'F': (('F', -1),), 'B': (('B', +1), ('F', 0)), 'W': (('B', 0),)}  # kind -> ((kind it waits for, stage offset), ...)
 
@@ -304,6 +322,16 @@ def dependencies(a:Action, num_stages:int) -> list:
 class ScheduleError(ValueError):
     "A schedule that cannot run: missing, duplicated, misplaced or mis-ordered actions."
 
+# %% ../nbs/00_schedules.ipynb #9c5694b4
+def _first_missing(place:dict, npp:int, kinds:tuple, seen:set) -> tuple|None:
+    "(rank, action) of the first action of `kinds` for some (pipe, stage) and micro-batch that `seen` lacks, else None."
+    for (p, st), r in sorted(place.items()):
+        for mb in range(npp):
+            for k in kinds:
+                if (k, st, mb, p) not in seen: return r, Action(k, st, mb, p)
+    return None
+
+# %% ../nbs/00_schedules.ipynb #e0e53262
 def _check_complete(s:Schedule):
     kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
     if s.num_pipes < 1 or s.microbatches < 1 or s.microbatches % s.num_pipes:
@@ -329,14 +357,23 @@ def _check_complete(s:Schedule):
                 raise ScheduleError(f"rank {r}, step {i}: action {a.token()} appears twice (first at rank {first[0]}, step {first[1]})")
             seen.add(a)
     if len(seen) != len(place) * npp * len(kinds):  # all present and in range, so only a missing one explains it
-        for (p, st), r in sorted(place.items()):
-            for mb in range(npp):
-                for k in kinds:
-                    if (k, st, mb, p) not in seen:
-                        raise ScheduleError(f"rank {r}: action {Action(k, st, mb, p).token()} is missing "
-                                            f"(every micro-batch needs {'/'.join(kinds)} of every stage once)")
+        r, a = _first_missing(place, npp, kinds, seen)
+        raise ScheduleError(f"rank {r}: action {a.token()} is missing (every micro-batch needs {'/'.join(kinds)} of every stage once)")
 
-# %% ../nbs/00_schedules.ipynb #d2ec6cbc
+# %% ../nbs/00_schedules.ipynb #690a65f4
+def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
+    "Each stuck rank, its next action and the dependency it waits for (later on the same rank, or on a stuck rank)."
+    msgs = []
+    for r in stuck:
+        a = s.orders[r][pos[r]]
+        d = next(d for d in dependencies(a, s.num_stages) if d not in end)
+        home = s.placement[(d.pipe, d.stage)]
+        where = (f"which comes later on the same rank (step {s.orders[r].index(d)})" if home == r
+                 else f"from rank {home}, which is itself stuck")
+        msgs.append(f"rank {r}, step {pos[r]}: {a.token()} waits for {d.token()} {where}")
+    return "schedule deadlocks:\n  " + '\n  '.join(msgs)
+
+# %% ../nbs/00_schedules.ipynb #06d86896
 def replay(s:Schedule, # the schedule
            durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
           ) -> tuple:
@@ -366,16 +403,7 @@ def replay(s:Schedule, # the schedule
             waiters.setdefault(d, []).append(r); break
         pos[r], clock[r], last[r] = i, t, prev
     stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
-    if stuck:
-        msgs = []
-        for r in stuck:
-            a = s.orders[r][pos[r]]
-            d = next(d for d in dependencies(a, S) if d not in end)
-            home = s.placement[(d.pipe, d.stage)]
-            where = (f"which comes later on the same rank (step {s.orders[r].index(d)})" if home == r
-                     else f"from rank {home}, which is itself stuck")
-            msgs.append(f"rank {r}, step {pos[r]}: {a.token()} waits for {d.token()} {where}")
-        raise ScheduleError("schedule deadlocks:\n  " + '\n  '.join(msgs))
+    if stuck: raise ScheduleError(_deadlock_message(s, pos, end, stuck))
     return ran, held_by
 
 # %% ../nbs/00_schedules.ipynb #d6976367
@@ -393,7 +421,27 @@ def validate(s:Schedule) -> Schedule:
     replay(s)
     return s
 
-# %% ../nbs/00_schedules.ipynb #230d0bdc
+# %% ../nbs/00_schedules.ipynb #385fa588
+def _successors(actions:list, num_stages:int) -> tuple:
+    "({action: actions that wait for it}, {action: how many of its dependencies are among `actions`})."
+    aset, succ, missing = set(actions), defaultdict(list), {}
+    for a in actions:  # `dependencies` without building Actions: plain tuples hash and compare like them
+        k, st, mb, p = a
+        ds = [d for dk, o in DEPENDS[k] if 0 <= st + o < num_stages and (d := (dk, st + o, mb, p)) in aset]
+        missing[a] = len(ds)
+        for d in ds: succ[d].append(a)
+    return succ, missing
+
+# %% ../nbs/00_schedules.ipynb #6c543254
+def _pick(ready:list, parked:list, ok:Callable):
+    "Pop the best action of the heap `ready` that `ok` allows (None if none); the refused ones go to `parked`."
+    while ready:
+        item = heapq.heappop(ready)
+        if ok(item[1]): return item[1]
+        parked.append(item)
+    return None
+
+# %% ../nbs/00_schedules.ipynb #913379f1
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
                   priority:Callable, allow:Callable|None=None, cost:Callable|None=None) -> list:
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
@@ -401,13 +449,7 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
     Returns the per-rank start orders."""
     cost = cost or (lambda a: 1)
     actions = list(actions)
-    aset = set(actions)
-    succ, missing = defaultdict(list), {}
-    for a in actions:  # `dependencies` without building Actions: plain tuples hash and compare like them
-        k, st, mb, p = a
-        ds = [d for dk, o in DEPENDS[k] if 0 <= st + o < num_stages and (d := (dk, st + o, mb, p)) in aset]
-        missing[a] = len(ds)
-        for d in ds: succ[d].append(a)
+    succ, missing = _successors(actions, num_stages)
     ready = [[] for _ in range(num_ranks)]
     parked = [[] for _ in range(num_ranks)]  # ready but refused by `allow`: refused until the rank's state changes
     for a in actions:
@@ -418,11 +460,7 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
     while remaining:
         for r in sorted(check):  # only a rank that just got free or got new ready actions can start one
             if busy_until[r] > now or not ready[r]: continue
-            chosen = None
-            while ready[r]:
-                item = heapq.heappop(ready[r])
-                if allow is None or allow(r, item[1], state[r]): chosen = item[1]; break
-                parked[r].append(item)
+            chosen = _pick(ready[r], parked[r], lambda a: allow is None or allow(r, a, state[r]))
             if chosen is None: continue
             orders[r].append(chosen)
             state[r][chosen.kind.lower()] += 1
@@ -455,6 +493,7 @@ def gpipe(stages:int, microbatches:int) -> Schedule:
     orders = [[Action('F', r, m) for m in range(N)] + [Action('B', r, m) for m in range(N)] for r in range(D)]
     return Schedule('gpipe', D, D, 1, N, _linear_placement(D), orders)
 
+# %% ../nbs/00_schedules.ipynb #f1c5a2da
 def one_f_one_b(stages:int, microbatches:int) -> Schedule:
     "1F1B (DAPPLE / PipeDream-Flush): warm-up forwards, alternate F and B, drain the backwards."
     D, N = stages, microbatches
@@ -480,6 +519,7 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
             place[(p, s)] = r if p % 2 == 0 else D - 1 - r
     return place
 
+# %% ../nbs/00_schedules.ipynb #dd46c294
 def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     "Per rank, the (slot, action) pairs of Chimera's order: F of micro-batch j at σ + 2j, B at 2D-1-σ + 2j, units 2D apart."
     D, per = stages, stages // pipes
@@ -514,6 +554,7 @@ def _doubling_phases(D:int, N:int) -> list:
         orders.append(o)
     return orders
 
+# %% ../nbs/00_schedules.ipynb #243cf135
 def _doubling_listed(D:int, N:int) -> list:
     "Forward doubling for any N = uD, u >= 2, list-scheduled at F = 1, B = 2: forwards first, at most one unit ahead."
     place, per = chimera_placement(D), D // 2
@@ -534,13 +575,9 @@ def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
     allow = lambda r, a, st: a.kind != 'F' or (st['f'] >= unit(a) * D and st['f'] - st['w'] < D)
     return list_schedule(place, D, D, acts, prio, allow)
 
-def chimera(stages:int, # D: ranks = stages, even
-            microbatches:int, # N per worker, a multiple of D (of 2D for doubling)
-            pipes:int=2, # 2k pipes
-            concat:str='direct', # how units combine when N > D: direct, doubling, halving, zero-bubble
-           ) -> Schedule:
-    "Chimera: bidirectional pipelines (the paper's order); `pipes` = 2k, `concat` combines basic units when N > D."
-    D, N = stages, microbatches
+# %% ../nbs/00_schedules.ipynb #4876c22c
+def _check_chimera(D:int, N:int, pipes:int, concat:str):
+    "Refuse what Chimera cannot run: odd D, odd pipes, pipes not dividing D, N not whole units, a concat its pipes lack."
     _need(D >= 2 and D % 2 == 0, f"Chimera needs an even number of stages (at least 2), got {D}")
     _need(pipes >= 2 and pipes % 2 == 0, f"Chimera needs an even number of pipes (2k), got {pipes}")
     _need(D % pipes == 0, f"Chimera with {pipes} pipes needs the pipes to divide the stages: {pipes} does not divide {D}; "
@@ -550,6 +587,16 @@ def chimera(stages:int, # D: ranks = stages, even
           f"Chimera (D={D}) needs the micro-batches N to be a positive multiple of D={D} (one basic unit), got N={N}")
     _need(concat in ('direct', 'zero-bubble') or pipes == 2, f"Chimera {concat} is defined for 2 pipes, got pipes={pipes}")
     _need(concat != 'doubling' or N >= 2 * D, f"Chimera forward doubling needs at least two basic units, N >= {2 * D}, got N={N}")
+
+# %% ../nbs/00_schedules.ipynb #ad03fd00
+def chimera(stages:int, # D: ranks = stages, even
+            microbatches:int, # N per worker, a multiple of D (of 2D for doubling)
+            pipes:int=2, # 2k pipes
+            concat:str='direct', # how units combine when N > D: direct, doubling, halving, zero-bubble
+           ) -> Schedule:
+    "Chimera: bidirectional pipelines (the paper's order); `pipes` = 2k, `concat` combines basic units when N > D."
+    D, N = stages, microbatches
+    _check_chimera(D, N, pipes, concat)
     place, opts, kw = chimera_placement(D, pipes), dict(pipes=pipes, concat=concat), {}
     if concat == 'direct': orders = [[a for _, a in o] for o in chimera_slots(D, N, pipes)]
     elif concat == 'zero-bubble': orders, kw = _zero_bubble_chimera(D, N, pipes), dict(split_backward=True)
@@ -659,6 +706,19 @@ def _as_int(v, what:str, lo:int, hi:int) -> int:
     if not lo <= v <= hi: raise ValueError(f"{what} must be an integer in [{lo}, {hi}], got {v}")
     return v
 
+# %% ../nbs/00_schedules.ipynb #9ad1e142
+def _check_options(key:str, options:dict) -> dict:
+    "`options` checked against generator `key`'s parameters (integer options as ints)."
+    allowed = set(inspect.signature(SCHEDULES[key]).parameters) - {'stages', 'microbatches'}
+    unknown = set(options) - allowed
+    if unknown: raise ValueError(f"{key} takes options {sorted(allowed) or 'none'}, got {sorted(unknown)}")
+    out = dict(options)
+    for k, v in out.items():
+        if k in _INT_OPTIONS: out[k] = _as_int(v, k, *_INT_OPTIONS[k])
+        elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
+    return out
+
+# %% ../nbs/00_schedules.ipynb #99791d75
 def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved, zbh1, ...)
                   stages:int, # D: pipeline ranks
                   microbatches:int, # N: micro-batches per worker per iteration
@@ -670,12 +730,7 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
     if key not in SCHEDULES: raise ValueError(f"unknown schedule {name!r}: choose one of {', '.join(SCHEDULES)}")
     D = _as_int(stages, 'stages', 1, MAX_RANKS)
     N = _as_int(microbatches, 'microbatches', 1, MAX_MICROBATCHES)
-    allowed = set(inspect.signature(SCHEDULES[key]).parameters) - {'stages', 'microbatches'}
-    unknown = set(options) - allowed
-    if unknown: raise ValueError(f"{key} takes options {sorted(allowed) or 'none'}, got {sorted(unknown)}")
-    for k, v in list(options.items()):
-        if k in _INT_OPTIONS: options[k] = _as_int(v, k, *_INT_OPTIONS[k])
-        elif not isinstance(v, str): raise TypeError(f"option {k} must be a str, got {type(v).__name__} {v!r}")
+    options = _check_options(key, options)
     size = 3 * D * N * options.get('chunks', 1) * (2 if options.get('concat') == 'halving' else 1)
     if size > MAX_ACTIONS: raise ValueError(f"{key} with D={D}, N={N} would have ~{size:,} actions, beyond the limit of {MAX_ACTIONS:,}")
     with gc_paused():
@@ -683,7 +738,8 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
         return validate(s) if check else s
 
 # %% ../nbs/00_schedules.ipynb #781cce27
-def _to_torch(self:Schedule) -> dict:
+@patch
+def to_torch(self:Schedule) -> dict:
     "torch.distributed.pipelining's compute-only order: {rank: [_Action]}, for `_PipelineScheduleRuntime`."
     if self.num_pipes > 1 or any(len(self.replicas(st)) > 1 for st in range(self.num_stages)):
         raise ValueError(f"{self.name} runs {self.num_pipes} pipes, so each stage lives on several ranks (replicas whose "
@@ -692,16 +748,17 @@ def _to_torch(self:Schedule) -> dict:
     from chimera_nb._compat import torch_action
     return {r: [torch_action(a.kind, a.stage, a.microbatch, self.split_backward) for a in o] for r, o in enumerate(self.orders)}
 
-def _to_torch_csv(self:Schedule) -> str:
+# %% ../nbs/00_schedules.ipynb #111f3fe4
+@patch
+def to_torch_csv(self:Schedule) -> str:
     "The same as CSV (one row per rank), the file `_PipelineScheduleRuntime._load_csv(path, format='compute_only')` reads."
     buf = io.StringIO()
     csv.writer(buf, lineterminator='\n').writerows([[str(a) for a in acts] for _, acts in sorted(self.to_torch().items())])
     return buf.getvalue()
 
-Schedule.to_torch, Schedule.to_torch_csv = _to_torch, _to_torch_csv
-
 # %% ../nbs/00_schedules.ipynb #c8541ff0
-def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
+@patch(cls_method=True)
+def from_torch(cls:Schedule, order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
                 name:str='torch', microbatches:int|None=None) -> Schedule:
     "A `Schedule` from torch.distributed.pipelining's compute-only order (bubbles, None, are dropped)."
     from chimera_nb._compat import torch_action_parts
@@ -721,12 +778,9 @@ def _from_torch(order, # {rank: [_Action or None]} (a torch schedule's `pipeline
         orders.append(acts)
     return _from_orders(orders, name=name, microbatches=microbatches, split_backward=split)
 
-Schedule.from_torch = staticmethod(_from_torch)
-
 # %% ../nbs/00_schedules.ipynb #99874122
-def _forward_only(self:Schedule) -> Schedule:
+@patch
+def forwards(self:Schedule) -> Schedule:
     "The schedule's forwards only (same placement), for evaluation and inference."
     return replace(self, orders=[[a for a in o if a.kind == 'F'] for o in self.orders], split_backward=False,
                    recompute=False, forward_only=True, name=self.name)
-
-Schedule.forwards = _forward_only

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, make_schedule, chimera_placement, validate, ScheduleError, CHIMERA_CONCAT
 from .simulate import Costs, simulate
+from .spec import check_number
 from fastcore.basics import patch
 
 # %% ../nbs/01a_search.ipynb #f12be9c7
@@ -373,6 +374,7 @@ def run(self:_Lister) -> list|None:
         self.start(r, item[2], t); done += 1
     return self.orders
 
+# %% ../nbs/01a_search.ipynb #022775af
 def list_order(p:Problem, pol:Policy=Policy()) -> list|None:
     "Per-rank orders built by memory-aware list scheduling under rule `pol`; None when the rule stalls."
     return _Lister(p, pol).run()
@@ -401,6 +403,7 @@ def _deps(a:Action, S:int) -> list:
     if k == 'W': return [Action('B', st, mb, pp)]
     return [Action('F', st, mb, pp)] + ([Action('B', st + 1, mb, pp)] if st < S - 1 else [])
 
+# %% ../nbs/01a_search.ipynb #5c82956a
 def _memory_binds(p:Problem, r:int) -> bool:
     "Whether the memory limit can bind on rank `r` (more forwards than slots)."
     return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
@@ -522,6 +525,7 @@ def _descend(orders:list, p:Problem, best:tuple, t_end:float, rng:random.Random)
         if not better: break
     return best
 
+# %% ../nbs/01a_search.ipynb #5d84cfa0
 def improve(orders:list, p:Problem, seconds:float, seed:int=0, kicks:int=3,
             target:float=0.0, # stop once the makespan is down to this (a lower bound)
            ) -> list:
@@ -649,12 +653,11 @@ class SearchResult:
 EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
 def _check_args(D, N, memory, placements, time_limit, method):
-    for v, what in ((D, 'D'), (N, 'N')):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1: raise ValueError(f"{what} must be a positive integer, got {v!r}")
-    if not memory > 0: raise ValueError(f"memory must be a positive number of activations (Ma), got {memory!r}")
+    check_number('D', D, int, 1); check_number('N', N, int, 1)
+    check_number('memory', memory, float, 0, open_lo=True, finite=False)
     bad = [p for p in placements if p not in PLACEMENTS]
     if bad or not placements: raise ValueError(f"unknown placements {bad or placements!r}: choose from {PLACEMENTS}")
-    if not time_limit > 0: raise ValueError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+    check_number('time_limit', time_limit, float, 0, open_lo=True, finite=False)
     if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
 
 # %% ../nbs/01a_search.ipynb #fa2fc597
@@ -700,6 +703,7 @@ def _as_schedule(f:_Found) -> Schedule:
     sh = f.p.shape
     return validate(dataclasses.replace(sh, orders=[list(o) for o in f.orders], options=dict(placement=f.p.placement)))
 
+# %% ../nbs/01a_search.ipynb #520cc84b
 def _tables(rows:list, found:dict, res:dict):
     "(compared, placements) DataFrames of the fixed schedules that fit and of each searched placement."
     import pandas as pd

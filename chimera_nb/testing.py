@@ -74,6 +74,7 @@ def masked_stages(num_stages:int, width:int=8, dropout:float=0.0, dtype=torch.fl
             for p in m.parameters(): p.copy_(torch.randn(p.shape, generator=g, dtype=dtype) / math.sqrt(width))
     return stages
 
+# %% ../nbs/06b_testing.ipynb #3be90423
 def masked_batch(n:int, length:int, width:int=8, dtype=torch.float32, generator=None) -> tuple:
     "A micro-batch (h, mask) with random padding (every row keeps at least one position), and a target."
     h = torch.randn(n, length, width, dtype=dtype, generator=generator)
@@ -108,6 +109,7 @@ def _optimizer(kind:str, params, lr:float):
     if kind == 'adamw': return torch.optim.AdamW(params, lr=lr, weight_decay=0.1)
     raise ValueError(f"optimizer must be 'sgd' or 'adamw', got {kind!r}")
 
+# %% ../nbs/06b_testing.ipynb #639de655
 def _batch(model, N, width, dtype, g, t):
     if model == 'mlp':
         return ([torch.randn(4, width, generator=g, dtype=dtype) for _ in range(N)],
@@ -126,6 +128,7 @@ def _reference_side(rt, ref, xs, ys, s, N, dp_width, seed, t, max_norm):
     if max_norm is not None: torch.nn.utils.clip_grad_norm_([p for m in ref for p in m.parameters()], max_norm)
     return rloss
 
+# %% ../nbs/06b_testing.ipynb #34be2b16
 def _grad_err(rt, ref) -> float:
     "The worst relative gradient error of this rank's stages against the reference."
     return max(((p.grad.cpu() - q.grad).norm() / q.grad.norm()).item()

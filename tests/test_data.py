@@ -336,7 +336,7 @@ def test_errors_name_the_problem_and_the_fix(tmp_path, monkeypatch):
     tiny = causal_lm_data(['word ' * 100], gpt2, 10)
     with pytest.raises(ValueError, match="a batch of 64 needs at least 64 examples and the data has 10: use a smaller batch_size"):
         global_batch(tiny, 0, 64)
-    with pytest.raises(ValueError, match="step must be an integer >= 0"): global_batch(tiny, -1, 2)
+    with pytest.raises(ValueError, match="step must be >= 0, got -1"): global_batch(tiny, -1, 2)
     with pytest.raises(ValueError, match="does not split into 3 equal shards"): shard(global_batch(tiny, 0, 4), 0, 3)
 
 

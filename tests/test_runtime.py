@@ -415,8 +415,8 @@ def _bad_input(rank, world, case):
     ('targets', 'targets: got 3 micro-batches, the schedule runs N=4'),
     ('split', 'a batch of 10 rows does not split into N=4 equal micro-batches'),
     ('loss', 'loss_fn must return a scalar (0-dim) tensor'),
-    ('lookahead', 'lookahead must be an integer >= 1'),
-    ('timeout', 'timeout must be a positive, finite number'),
+    ('lookahead', 'lookahead must be >= 1, got 0'),
+    ('timeout', 'timeout must be > 0, got 0'),
 ])
 def test_bad_input_is_a_clear_error(case, text):
     with pytest.raises(PipelineFailure) as e: run_threads(_bad_input, 2, case, timeout=60)
@@ -425,7 +425,7 @@ def test_bad_input_is_a_clear_error(case, text):
 
 def test_launchers_refuse_a_bad_world_size():
     for launch in (launch_local, run_threads):
-        with pytest.raises(ValueError, match='positive integer'): launch(_bad_input, 0, 'x')
+        with pytest.raises(ValueError, match='world_size must be >= 1, got 0'): launch(_bad_input, 0, 'x')
 
 
 # ---------------------------------------------------------------- nothing left running

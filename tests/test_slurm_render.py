@@ -14,7 +14,7 @@ def TC(**kw) -> TrainConfig:
     return TrainConfig.from_dict(kw)
 
 
-from chimera_nb.slurm import SlurmJob, render, check_job, time_seconds, slurm_time, preset, PRESETS, run_toml
+from chimera_nb.slurm import SlurmJob, render, check_job, time_seconds, slurm_time, preset, CLUSTER_PRESETS, run_toml
 
 SENT = '/tmp/chimera_slurm_pwned'
 NASTY = [f'$(touch {SENT})', f'`touch {SENT}`', f'; touch {SENT}', f'\ntouch {SENT}\n', f"' ; touch {SENT}; '",
@@ -112,8 +112,8 @@ def test_time_parser_refuses_or_positive(t):
 
 
 def test_every_preset_renders_and_parses(tmp_path):
-    for name in PRESETS:
-        gpn = PRESETS[name].get('gpus_per_node', 0) or 2
+    for name in CLUSTER_PRESETS:
+        gpn = CLUSTER_PRESETS[name].get('gpus_per_node', 0) or 2
         job = preset(name, TC(model='bert-tiny', D=2, W=gpn, steps=3), nodes=2, run_dir=str(tmp_path / name),
                      tasks_per_node=gpn if name == 'generic' else None)
         s = render(job)
