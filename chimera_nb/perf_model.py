@@ -20,16 +20,7 @@ from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
 from .models import PRESETS
-from .spec import PipelineSpec
-
-# %% ../nbs/08_perf_model.ipynb #aae54c68
-def _positive(v, what:str, zero:bool=False) -> float:
-    "`v` as a float if it is a finite real number > 0 (>= 0 if `zero`), else a ValueError naming `what`."
-    if isinstance(v, bool) or not isinstance(v, numbers.Real): raise TypeError(f"{what} must be a number, got {type(v).__name__} {v!r}")
-    v = float(v)
-    if not math.isfinite(v) or v < 0 or (v == 0 and not zero):
-        raise ValueError(f"{what} must be a finite number {'>= 0' if zero else '> 0'}, got {v}")
-    return v
+from .spec import PipelineSpec, check_number
 
 # %% ../nbs/08_perf_model.ipynb #f1e00009
 def sig3(x:float) -> str:
@@ -94,8 +85,8 @@ HARDWARE = {
 # %% ../nbs/08_perf_model.ipynb #6d9717a0
 def check_hardware(h:Hardware) -> Hardware:
     "`h` if its resources are usable (positive FLOP/s, memory, bandwidths; efficiency in (0, 1]), else a ValueError naming the field."
-    for n in ('peak_flops', 'memory_bytes', 'p2p_bandwidth', 'half_tokens'): _positive(getattr(h, n), f"Hardware.{n}")
-    for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): _positive(getattr(h, n), f"Hardware.{n}", zero=True)
+    for n in ('peak_flops', 'memory_bytes', 'p2p_bandwidth', 'half_tokens'): check_number(f"Hardware.{n}", getattr(h, n), float, lo=0, open_lo=True)
+    for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): check_number(f"Hardware.{n}", getattr(h, n), float, lo=0)
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     return h
 
@@ -145,16 +136,16 @@ class Profile:
         self.layers = [l if isinstance(l, LayerProfile) else LayerProfile(**l) for l in self.layers]
         if not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1:
             raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
-        for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, _positive(getattr(self, n), n, zero=True))
-        self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else _positive(self.p2p_bandwidth, 'p2p_bandwidth')
+        for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
+        self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         for l in self.layers:   # finite and not negative: a NaN would make every prediction NaN
             for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes'):
-                _positive(getattr(l, k), f"layer {l.name}: {k}", zero=True)
+                check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
         if not sum(l.forward_s + l.backward_s for l in self.layers) > 0:
             raise ValueError(f"profile of {self.model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
         if not (isinstance(self.memory_bytes, numbers.Real) and (self.memory_bytes == math.inf or math.isfinite(self.memory_bytes)) and self.memory_bytes > 0):
             raise ValueError(f"memory_bytes must be a positive number of bytes (inf: no limit), got {self.memory_bytes!r}")
-        try: self.ties = [(tuple(int(i) for i in ls), _positive(b, 'tied bytes', zero=True)) for ls, b in self.ties]
+        try: self.ties = [(tuple(int(i) for i in ls), check_number('tied bytes', b, float, lo=0)) for ls, b in self.ties]
         except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {self.ties!r}") from e
         bad = [i for ls, _ in self.ties for i in ls if not 0 <= i < len(self.layers)]
         if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{len(self.layers) - 1}")
@@ -217,7 +208,7 @@ def check(self:Profile, model:str) -> Profile:
 def at(self:Profile, micro_batch_size:int) -> Profile:
     "This profile at another micro-batch size."
     if micro_batch_size == self.micro_batch_size: return self
-    _positive(micro_batch_size, 'micro_batch_size')
+    check_number('micro_batch_size', micro_batch_size, int, lo=1)
     if self.source.startswith('estimated:'):  # re-estimated: the achieved efficiency depends on B (cached: searches ask often)
         cache = self.__dict__.setdefault('_at', {})
         if micro_batch_size not in cache:
@@ -288,7 +279,7 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
     if not isinstance(hardware, Hardware): raise TypeError(f"hardware must be a Hardware (see HARDWARE), got {type(hardware).__name__}")
     check_hardware(hardware)
     fam, h, L, a, ffn, V, pos, s0 = _transformer_dims(model)
-    s, B, dt = int(seq_len or s0), int(_positive(micro_batch_size, 'micro_batch_size')), dtype or hardware.dtype
+    s, B, dt = int(seq_len or s0), int(check_number('micro_batch_size', micro_batch_size, int, lo=1)), dtype or hardware.dtype
     if dt not in _DTYPE_BYTES: raise ValueError(f"dtype must be one of {list(_DTYPE_BYTES)}, got {dt!r}")
     e, tok, rate = _DTYPE_BYTES[dt], B * s, hardware.flops_at(B * s)
     msg = tok * h * e
@@ -757,7 +748,7 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
                       backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
            for s, p in enumerate(sp)]
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated')
-    target = timeline.makespan if target is None else _positive(target, 'target')
+    target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
     span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
     lo, hi = 0.0, max(target, 1e-9)
     if span(0.0) >= target: return cal
