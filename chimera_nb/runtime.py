@@ -123,6 +123,17 @@ class PipelineRuntime:
         self.clock, self.shapes = make_clock(self.device, trace), Shapes()
         self.step_count, self.timeline, self.stats, self.failed = 0, None, {}, None
         self._setup()
+        _LIVE.add(self)
+
+# %% ../nbs/06_runtime.ipynb #d1e00002
+import atexit, gc, weakref
+_LIVE = weakref.WeakSet()   # runtimes not yet collected
+
+@atexit.register
+def _release_at_exit():
+    "Drop every live runtime's state (groups, pending work, tensors) while torch is still whole."
+    for rt in list(_LIVE): rt.__dict__.clear()
+    gc.collect()
 
 # %% ../nbs/06_runtime.ipynb #832ceebf
 @patch

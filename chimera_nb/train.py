@@ -9,8 +9,8 @@ __all__ = ['TORCH_DTYPES', 'CHECKPOINT_FORMAT', 'RESUME_FREE', 'PROBE_FIELDS', '
            'tokenizer_for', 'check_data', 'prepare_data', 'split_batch', 'prepare_model', 'lr_factor',
            'config_differences', 'save_checkpoint', 'read_manifest', 'verify_checkpoint', 'latest_checkpoint',
            'check_resume', 'load_checkpoint', 'StopFlag', 'forwarding_signals', 'ResourceProbe', 'evaluate_model',
-           'TrainResult', 'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'check_outputs', 'train',
-           'run_command', 'main', 'RunLog', 'read_run']
+           'TrainResult', 'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'StepClock', 'check_outputs',
+           'train', 'run_command', 'main', 'RunLog', 'read_run']
 
 # %% ../nbs/07_train.ipynb #344bc7d4
 import dataclasses, hashlib, io, json, math, os, signal, sys, tempfile, time, typing, warnings
@@ -423,7 +423,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
     profile = _profile(cfg, pm, td, rt) if rank == 0 and cfg.metrics else None
     log.write(event='start', step=start, spec_key=cfg.spec.key(), spec=cfg.spec.to_dict())  # the run's identity, first
     bar = _bar(cfg, start) if rank == 0 else None
-    losses, ev, times, t_run = [], {}, [], time.perf_counter()
+    losses, ev, times, t_run, clock = [], {}, [], time.perf_counter(), StepClock()
     step, skips = start, 0
     try:
         while step < cfg.steps:
@@ -438,7 +438,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
             times.append(time.perf_counter() - t0)
             ranks = rt.all_gather_floats([stop.raised, rt.stats.get('peak_saved_bytes', 0)] + probe.sample())
             losses.append((step - 1, loss))
-            if rank == 0: _report(log, bar, cfg, rt, td, step, loss, norm, err is not None, times[-1], ranks, opt)
+            if rank == 0: _report(log, bar, cfg, rt, td, step, loss, norm, err is not None, times[-1], ranks, opt); clock.add(rt.timeline)
             if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
                 ev = evaluate_model(cfg, rt, td); log.write(event='eval', step=step, **ev)
             asked = any(v[0] for v in ranks)
@@ -449,7 +449,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
         if bar is not None: bar.close()
     ev = evaluate_model(cfg, rt, td)
     log.write(event='eval', step=step, **ev)
-    summary = _summary(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile) if rank == 0 else {}
+    summary = _summary(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile, clock) if rank == 0 else {}
     return TrainResult(step, False, losses, ev, summary)
 
 # %% ../nbs/07_train.ipynb #3c2ea6c1
@@ -493,8 +493,41 @@ def provenance(device=None) -> dict:
     return dict(host=platform.node(), device=name, python=platform.python_version(), torch=torch.__version__,
                 command=' '.join(sys.argv), date=datetime.now(timezone.utc).isoformat(timespec='seconds'))
 
+# %% ../nbs/07_train.ipynb #c7a00002
+@dataclass
+class StepClock:
+    "Rank 0's measured steps: each step's makespan, and the timelines of steps 2-5 (what a re-fit reads)."
+    spans: list = field(default_factory=list)
+    early: list = field(default_factory=list)   # simulate.Timeline of steps 2-5 (step 1 warms up)
+
+    def add(self, tl):
+        if tl is None: return
+        self.spans.append(tl.makespan)
+        if 2 <= len(self.spans) <= 5: self.early.append(tl)
+
+    @property
+    def fitted(self):
+        "The early step nearest their median: one step slowed by the host does not skew the fit."
+        if not self.early: return None
+        med = sorted(t.makespan for t in self.early)[len(self.early) // 2]
+        return min(self.early, key=lambda t: abs(t.makespan - med))
+
+# %% ../nbs/07_train.ipynb #c7a00003
+def _predicted(cfg:TrainConfig, schedule, sync:str, profile:list, clock:StepClock) -> dict:
+    "The step predicted from the stage profile, against the measured median; re-fitted from the second step when over 10% off."
+    import statistics
+    from chimera_nb.perf_model import Profile, calibrate, predict
+    prof = Profile(cfg.spec.model or 'run', cfg.spec.B, 0, 'float32', list(profile))
+    step = lambda p: predict(p, schedule, cfg.spec.W, sync, 'simulate', memory=False).iteration_s
+    pred, measured = step(prof), statistics.median(clock.spans[1:] or clock.spans)
+    out = dict(predicted_step_s=pred, measured_step_s=measured, prediction_error=pred / measured - 1)
+    if abs(out['prediction_error']) > 0.1 and clock.fitted is not None and len(clock.spans) > 1 + len(clock.early):
+        refit = step(calibrate(prof, clock.fitted, schedule, cfg.spec.W, sync))
+        out.update(refit_step_s=refit, refit_error=refit / statistics.median(clock.spans[1 + len(clock.early):]) - 1)
+    return out
+
 # %% ../nbs/07_train.ipynb #eac35d85
-def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
+def _summary(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|None=None) -> dict:
     "The run's summary (written beside the metrics), and the last step's measured timeline beside its prediction as HTML."
     steady = times[1:] or times   # none when a resumed run had no step left (stopped on its last one)
     out = dict(event='summary', steps=len(times), training_time_s=total, mean_step_s=sum(steady) / len(steady) if steady else None,
@@ -507,7 +540,7 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile) -> dict:
         tl = rt.timeline
         if profile is not None:
             pred = simulate(rt.schedule, Costs([p.forward_s for p in profile], [p.backward_s for p in profile]), sync=rt.program.sync)
-            out['predicted_step_s'], out['measured_step_s'] = pred.makespan, tl.makespan
+            out.update(_predicted(cfg, rt.schedule, rt.program.sync, profile, clock or StepClock([tl.makespan])))
             fig = overlay(pred, tl)
         else:
             from chimera_nb.viz import plot_timeline
