@@ -727,6 +727,7 @@ def search_schedule(D:int, # pipeline ranks
                     method:str='auto', # 'exact' (CP-SAT), 'heuristic', or 'auto': exact when small enough
                     workers:int|None=None, # CP-SAT threads (default: the machine's cores, at most 8)
                     seed:int=0, # local search's random order of moves
+                    progress:bool=True, # a tqdm bar of the phases when the search takes over a second
                    ) -> SearchResult:
     "The shortest schedule found for these costs and this memory, with a proven lower bound, beside every fixed schedule."
     t0, costs = time.perf_counter(), costs or Costs()
@@ -737,16 +738,19 @@ def search_schedule(D:int, # pipeline ranks
     fits = [r for r in rows if r['peak'] <= memory + 1e-9]
     found = _placements(D, N, costs, memory, placements)
     t1 = time.perf_counter(); deadline = t0 + time_limit - reserve
+    from tqdm.auto import tqdm
+    bar = tqdm(total=len(found) + 2, desc='search', unit='phase', delay=1.0, leave=False, disable=not progress)
     for i, f in enumerate(found.values()):
         seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
-        _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found))
+        bar.set_postfix_str(f"heuristic, {f.p.placement}"); _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found)); bar.update()
     exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= EXACT_ACTIONS for f in found.values()))
     if exact and method == 'auto':
         try: _need_ortools()
         except ImportError as e: warnings.warn(f"{e}; searching heuristically"); exact = False
     cutoff = min((r['makespan'] for r in fits if r['placement'] in found), default=math.inf)  # incl. half micro-batches, recompute
+    bar.set_postfix_str('exact (CP-SAT)' if exact else 'bounds')
     if exact: _need_ortools(); _exact(found, deadline, workers, cutoff)
-    _local(found, deadline, seed, cutoff)
+    bar.update(); bar.set_postfix_str('local search'); _local(found, deadline, seed, cutoff); bar.update(); bar.close()
     return _finish(D, N, costs, memory, rows, fits, found, t0)
 
 # %% ../nbs/01a_search.ipynb #376f1cf9

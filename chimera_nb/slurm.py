@@ -485,16 +485,29 @@ def _status_html(ts:list) -> str:
                    f"<td>{t.nodes}</td></tr>" for t in ts)
     return f"<table><tr><th>job</th><th>state</th><th>reason</th><th>elapsed</th><th>restarts</th><th>nodes</th></tr>{rows}</table>"
 
+# %% ../nbs/10_slurm.ipynb #e1f00002
+def _run_steps(run_dir) -> int|None:
+    "The steps the job's run (or the longest of its array tasks' runs) trains, from the run.toml files its script wrote."
+    import tomllib
+    found = [tomllib.loads(p.read_text()).get('steps') for p in Path(run_dir).glob('**/run.toml')]
+    return max((n for n in found if isinstance(n, int)), default=None)
+
+def _progress_text(done:int, total:int|None, loss:float|None, state:str) -> str:
+    "The watch's line: what the job waits for, or the steps done and the last loss."
+    if not done: return f"{state}: no step yet"
+    return f"{state}: step {done}" + (f" of {total} ({done / total:.0%})" if total else '') + (f", loss {loss:.4g}" if loss is not None else '')
+
 # %% ../nbs/10_slurm.ipynb #fcbe8183
 class JobWatch:
     "A widget that follows a `Job`: state table, log tail, loss curve (one line per array task)."
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
         import ipywidgets as W, plotly.graph_objects as go, threading, html
         self.job, self.lines, self._html = job, lines, html
-        self.status, self.log = W.HTML(), W.HTML()
+        self.status, self.log, self.line = W.HTML(), W.HTML(), W.HTML('starting…')
+        self.bar, self.total = W.IntProgress(min=0, max=1, description='steps'), _run_steps(job.run_dir)
         self.fig = go.FigureWidget(layout=dict(height=300, xaxis_title='step', yaxis_title='loss', margin=dict(t=30, b=40)))
-        self.widget = W.VBox([self.status, self.fig, self.log])
-        self._stop, self.ended = threading.Event(), False
+        self.widget = W.VBox([self.status, W.HBox([self.bar, self.line]), self.fig, self.log])
+        self._stop, self.ended, self._state = threading.Event(), False, 'submitted'
         self.refresh()
         self._thread = threading.Thread(target=self._loop, args=(poll, max_poll), daemon=True); self._thread.start()
         # the metrics file is local: read it every few seconds, apart from the (rate-limited) scheduler poll
@@ -506,7 +519,7 @@ def refresh(self:JobWatch) -> bool:
     "Update once; True when the job has ended."
     try: ts = self.job.tasks()
     except SlurmError as e: self.status.value = f"<pre>{self._html.escape(str(e))}</pre>"; return False
-    self.status.value = _status_html(ts)
+    self.status.value, self._state = _status_html(ts), ', '.join(sorted({t.state for t in ts})) or 'not yet listed'
     self.log.value = f"<pre style='font-size:11px'>{self._html.escape(self.job.log(self.lines))}</pre>"
     self.plot_metrics()
     self.ended = all(t.state in FINAL for t in ts)
@@ -521,6 +534,9 @@ def plot_metrics(self:JobWatch) -> int:
             self.fig.data = []
             for task, g in m.groupby(m.task.fillna('run'), sort=True): self.fig.add_scatter(x=g.step, y=g.loss, name=task, mode='lines')
     self._seen = len(m)
+    done, loss = (int(m.step.max()), float(m.loss.iloc[-1])) if len(m) else (0, None)
+    self.bar.max, self.bar.value = max(1, self.total or done), done
+    self.line.value = _progress_text(done, self.total, loss, self._state)
     return self._seen
 
 # %% ../nbs/10_slurm.ipynb #5ee2104a
