@@ -570,6 +570,30 @@ def _check_env():
         v = os.environ.get(k)
         if v is not None and not v.strip().isdigit(): raise SpecError(f"environment variable {k}={v!r} is not a number: unset it or fix the launcher")
 
+# %% ../nbs/07_train.ipynb #c7a00006
+class _StepSender:
+    "Rank 0 tells the parent each step it starts (then calls the user's `on_step`)."
+    def __init__(self, conn, inner=None): self.conn, self.inner = conn, inner
+    def __call__(self, step, rt):
+        if rt.rank == 0: self.conn.send(step)
+        if self.inner is not None: self.inner(step, rt)
+
+@contextlib.contextmanager
+def _parent_bar(cfg:TrainConfig, on_step):
+    "(the `on_step` the ranks get) while a thread in this process draws the steps rank 0 reports."
+    import multiprocessing, threading
+    if not cfg.progress: yield on_step; return
+    recv, send = multiprocessing.Pipe(duplex=False)
+    bar = _bar(cfg, 0)
+    def follow():
+        try:
+            while (step := recv.recv()) is not None: bar.n = step; bar.refresh()
+        except (EOFError, OSError): pass
+    t = threading.Thread(target=follow, daemon=True, name='chimera-progress'); t.start()
+    try: yield _StepSender(send, on_step)
+    finally:
+        send.send(None); t.join(5); bar.n = max(bar.n, bar.total if bar.total else bar.n); bar.close()
+
 # %% ../nbs/07_train.ipynb #38ea644a
 def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     "Train as `cfg` says; return rank 0's result."
@@ -580,8 +604,9 @@ def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     if cfg.local_ranks:
         from chimera_nb.launch import launch_local
         td = prepare_data(cfg)  # once, before the processes start: a bad data choice fails here, and the ranks inherit it
-        with forwarding_signals():
-            res = launch_local(train_rank, cfg.local_ranks, cfg, td, on_step, timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]
+        with forwarding_signals(), _parent_bar(cfg, on_step) as hook:   # the ranks draw no bar: this process does
+            res = launch_local(train_rank, cfg.local_ranks, dataclasses.replace(cfg, progress=False), td, hook,
+                               timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]
     else:
         from chimera_nb.launch import init_from_env
         here = not (dist.is_available() and dist.is_initialized())
