@@ -16,7 +16,7 @@ from .spec import PipelineSpec, TrainConfig
 from .perf_model import HARDWARE, Profile, estimate_profile, predict, plot_breakdown, resolve_sync
 from .partition import memory_estimate, MEMORY_PARTS
 from .models import PRESETS
-from .viz import Explorer
+from .explore import Explorer
 
 # %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2')]

@@ -1,4 +1,4 @@
-"""Interactive plotly pictures of any `Timeline` — simulated or measured: Gantt timelines, memory over time, side-by-side comparisons, predicted-vs-measured overlays, an ipywidgets explorer, and HTML / PNG / SVG / Chrome-trace export.
+"""Interactive plotly pictures of any `Timeline` — simulated or measured: Gantt timelines, memory over time, side-by-side comparisons, predicted-vs-measured overlays, one notation with a glossary, and HTML / PNG / SVG / Chrome-trace export. (The ipywidgets explorer is `chimera_nb.explore`.)
 
 Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 
@@ -6,23 +6,20 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 
 # %% auto #0
 __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'THEMES', 'LABEL_LIMIT', 'BAR_WIDTH', 'COMM_COLORS', 'COMM_NAMES',
-           'RASTER_LIMIT', 'RASTER_COLUMNS', 'DASHES', 'MEMORY_POINTS', 'BROWSERS', 'EXPORTS', 'COST_PRESETS',
-           'EXPLORER_LIMITS', 'VARIANTS', 'pipe_name', 'bar_color', 'as_timeline', 'resolve_theme', 'action_traces',
-           'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory', 'Comparison', 'compare',
-           'overlay', 'save_html', 'find_chromium', 'save_image', 'p2p_dependencies', 'to_chrome_trace',
-           'export_schedule', 'bubble_note', 'variant_hint', 'PageProbe', 'Explorer', 'explorer']
+           'RASTER_LIMIT', 'RASTER_COLUMNS', 'DASHES', 'MEMORY_POINTS', 'BROWSERS', 'EXPORTS', 'pipe_name', 'bar_color',
+           'as_timeline', 'resolve_theme', 'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces',
+           'plot_timeline', 'plot_memory', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium',
+           'save_image', 'p2p_dependencies', 'to_chrome_trace', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
-import colorsys, html, json, os, shutil, time
-from fastcore.basics import patch
+import colorsys, json, os, shutil
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule, pipe_tag, dependencies
+from .schedules import Schedule, make_schedule, dependencies
 from .program import message
 from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table
-from .spec import PipelineSpec, SpecError
 
 # %% ../nbs/02_viz.ipynb #e54838af
 PIPE_HUES = (212, 24, 140, 282, 186, 48, 330, 96)  # degrees: down blue, up orange, then the 2k pipes
@@ -527,333 +524,12 @@ def export_schedule(schedule:Schedule, what:str, # one of EXPORTS: 'text', 'csv'
         Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(out)
     return out
 
-# %% ../nbs/02_viz.ipynb #3e20894e
-COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B input-grad, W weight-grad)
-                'F = B (split: B = W = F/2)': (1.0, 0.5, 0.5)}
-EXPLORER_LIMITS = dict(D=64, N=512)   # the largest sizes the explorer draws
+# %% ../nbs/02_viz.ipynb #5e1a0c07
+_MOVED = ('COST_PRESETS', 'EXPLORER_LIMITS', 'VARIANTS', 'bubble_note', 'variant_hint', 'PageProbe', 'Explorer', 'explorer')
 
-def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|None=None, tol:float=0.005) -> str:
-    "A sentence on why the simulated bubble of `tl` differs from the closed form, or '' when they agree."
-    try: cf = closed_form(name, D, N, costs, **(options or {}))
-    except (ValueError, TypeError): return ''
-    if cf.get('bubble') is None or abs(tl.bubble_ratio - cf['bubble']) <= tol: return ''
-    why, note = [], (cf.get('note') or '').split(':')[0]   # closed_form flags broken assumptions as "...: not met by these costs"
-    Bw = (costs.backward + costs.weight) if all(isinstance(v, float) for v in (costs.backward, costs.weight)) else None
-    if note == "F = B'" and Bw is not None and Bw != costs.forward:
-        why.append(f"the closed form assumes the whole backward B' equals the forward F; here B' = {Bw / costs.forward:g}F")
-    elif note.startswith("B' = 2F") and Bw is not None and Bw != 2 * costs.forward:
-        why.append(f"the closed form assumes B' = 2F; here B' = {Bw / costs.forward:g}F")
-    elif note: why.append(f"the closed form is {note}" if note == 'approximate' else f"the closed form assumes {note}")
-    if costs.p2p or costs.p2p_bytes: why.append(f"each p2p message adds {costs.transfer():g} of waiting that it leaves out")
-    if not why: why.append("the generated order differs from the paper's idealised one at this size")
-    return (f"Simulated bubble {tl.bubble_ratio:.1%} vs closed form {cf['bubble']:.1%} "
-            f"({tl.bubble_ratio - cf['bubble']:+.1%}): " + '; '.join(why) + '.')
-
-# %% ../nbs/02_viz.ipynb #b105b687
-# halving is left out: its half-size micro-batches look free in unit costs, but run below the device's best B (paper §3.5)
-VARIANTS = {'chimera': [dict(concat=c) for c in ('direct', 'doubling', 'zero-bubble')], 'interleaved-1f1b': [dict(chunks=c) for c in (2, 4)]}
-
-def variant_hint(spec:PipelineSpec, costs:Costs, makespan:float) -> str:
-    "One line naming the variant of the spec's schedule that is shortest under `costs`, when it beats `makespan` by more than 1%."
-    best = None
-    for opts in VARIANTS.get(spec.schedule, []):
-        try: v = spec.replace(**opts)
-        except SpecError: continue   # not valid at this D, N (e.g. doubling needs N >= 2D)
-        if v == spec: continue
-        m = simulate(v.make(), costs).makespan
-        if m < makespan * 0.99 and (best is None or m < best[1]): best = (v, m)
-    if best is None: return ''
-    v, m = best
-    change = ', '.join(f'{k} = {x}' for k, x in v.options.items() if getattr(spec, k) != x)
-    return f"Hint: {v.label} draws this in {m:.3g} ({1 - m / makespan:.0%} shorter): choose {change}."
-
-# %% ../nbs/02_viz.ipynb #1e75872f
-import anywidget, traitlets
-
-_PROBE_JS = """
-function initialize({ model }) {
-  const read = () => {
-    const v = document.body.dataset.jpThemeLight;
-    const theme = v === undefined ? '' : (v === 'false' ? 'dark' : 'light');
-    if (model.get('theme') !== theme) { model.set('theme', theme); model.save_changes(); }
-  };
-  read();
-  const obs = new MutationObserver(read);
-  obs.observe(document.body, { attributes: true, attributeFilter: ['data-jp-theme-light'] });
-  let latest = 0;
-  const onMsg = (msg) => {
-    if (!msg || msg.type !== 'watch') return;
-    const t0 = performance.now(), seq = msg.seq;
-    latest = seq;
-    const drawn = () => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout && p.layout
-      && p.layout.meta && p.layout.meta.explorer === msg.id && p.layout.meta.redraw === seq).length >= msg.plots;
-    const tick = () => {
-      if (seq !== latest) return;   // a newer redraw took over
-      if (drawn()) requestAnimationFrame(() => requestAnimationFrame(() =>
-        model.send({ type: 'rendered', seq: seq, browser_ms: performance.now() - t0 })));
-      else if (performance.now() - t0 > 600000) model.send({ type: 'rendered', seq: seq, timeout: true });
-      else setTimeout(tick, 20);
-    };
-    tick();
-  };
-  model.on('msg:custom', onMsg);
-  return () => { obs.disconnect(); model.off('msg:custom', onMsg); };
-}
-function render({ el }) { el.style.display = 'none'; }
-export default { initialize, render };
-"""
-
-class PageProbe(anywidget.AnyWidget):
-    "Hidden widget: the page's JupyterLab theme (`theme`: 'light', 'dark' or '' before it is shown) and render receipts."
-    _esm = _PROBE_JS
-    theme = traitlets.Unicode('').tag(sync=True)
-
-# %% ../nbs/02_viz.ipynb #ad6ef866
-import ipywidgets as W
-
-def _checked_size(what:str, v, lo:int, hi:int) -> str:
-    "'' when `v` is an int in lo..hi, else the message that says what to choose."
-    if isinstance(v, bool) or not isinstance(v, int): return f"{what} must be a whole number, got {v!r}"
-    if v < lo: return f"{what} = {v} is not possible: choose at least {lo}" + (' micro-batch' if what == 'N' else ' stage')
-    if v > hi: return (f"{what} = {v} is above the explorer's limit of {hi}: draw bigger pipelines with "
-                       f"plot_timeline(simulate(make_schedule(...)))")
-    return ''
-
-def _check_explorer_args(schedule, D, N, theme, costs):
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
-    for what, v in (('D', D), ('N', N)):
-        msg = _checked_size(what, v, 1, EXPLORER_LIMITS[what])
-        if msg: raise (TypeError if 'whole number' in msg else ValueError)(f"explorer: {msg}")
-    resolve_theme(theme)
-    if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
-
-# %% ../nbs/02_viz.ipynb #fe4aaa69
-class Explorer(W.VBox):
-    "Schedule explorer: controls, a message line, metrics, timeline + memory figures, a bubble note and save buttons."
-    spec = traitlets.Instance(PipelineSpec)   # what is drawn; the schedule controls edit it, and setting it moves them
-
-    def __init__(self, schedule:str='chimera', D:int=4, N:int=4, memory:bool=True, width:int|None=None,
-                 theme:str='auto', costs:str='B = 2F (paper; split: B = W = F)', folder='explorer-out', spec:PipelineSpec|None=None):
-        if spec is not None: schedule, D, N = spec.schedule, spec.D, spec.N
-        _check_explorer_args(schedule, D, N, theme, costs)
-        spec = spec or PipelineSpec(model=None, schedule=schedule, D=D, N=N)
-        st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
-        f, b, w = COST_PRESETS[costs]
-        self.schedule = W.Dropdown(options=list(SCHEDULES) + ['custom'], value=spec.schedule, description='schedule', style=st, layout=box('220px'))
-        self.D = W.IntText(value=spec.D, description='D (stages)', style=st, layout=box('140px'))
-        self.N = W.IntText(value=spec.N, description='N (micro-batches)', style=st, layout=box('180px'))
-        self.pipes = W.BoundedIntText(value=spec.pipes, min=2, max=64, step=2, description='pipes (2k)', style=st, layout=box('140px'))
-        self.chunks = W.BoundedIntText(value=spec.chunks, min=1, max=8, description='chunks', style=st, layout=box('120px'))
-        self.concat = W.Dropdown(options=CHIMERA_CONCAT, value=spec.concat, description='concat', style=st, layout=box('180px'))
-        self.recompute = W.Checkbox(value=spec.recompute, description='recompute', indent=False, layout=box('110px'))
-        self.preset = W.Dropdown(options=list(COST_PRESETS) + ['custom'], value=costs, description='costs', style=st, layout=box('300px'))
-        self.forward = W.BoundedFloatText(value=f, min=0, max=1e6, step=0.25, description='F', style=st, layout=box('110px'))
-        self.backward = W.BoundedFloatText(value=b, min=0, max=1e6, step=0.25, description='B', style=st, layout=box('110px'))
-        self.weight = W.BoundedFloatText(value=w, min=0, max=1e6, step=0.25, description='W', style=st, layout=box('110px'))
-        self.p2p = W.BoundedFloatText(value=0.0, min=0, max=1e6, step=0.05, description='p2p latency', style=st, layout=box('160px'))
-        self.allreduce = W.BoundedFloatText(value=0.0, min=0, max=1e6, step=0.5, description='all-reduce', style=st, layout=box('150px'))
-        self.theme = W.Dropdown(options=['auto', 'light', 'dark'], value=theme, description='theme', style=st, layout=box('140px'))
-        self.folder = W.Text(value=str(folder), description='save to', style=st, layout=box('220px'))
-        self.saves = [W.Button(description=k, tooltip=f"save the {k} into the folder", layout=box('auto'))
-                      for k in ('HTML', 'PNG', 'trace', 'text', 'CSV', 'torch CSV')]
-        for btn in self.saves: btn.on_click(self._save_clicked)
-        self.search_button = W.Button(description='Search', tooltip='search an order for these D, N and costs (schedule search), '
-                                      'drawn beside the best fixed schedule', layout=box('auto'))
-        self.search_button.on_click(lambda _: self.search())
-        self.search_box, self.search_result = W.VBox([]), None   # the searched order beside the best fixed one, after a search
-        self.message, self.metrics, self.note, self.saved = W.HTML(), W.HTML(), W.HTML(), W.HTML()
-        self.probe = PageProbe()
-        self.probe.observe(self._theme_seen, names='theme')
-        self.probe.on_msg(self._rendered)
-        self.fig = self.memfig = self.current = None
-        self.timeline, self.error, self.seconds, self.width, self._memory = None, None, 0.0, width, memory
-        self.render_seconds = self.total_seconds = None
-        self.redraws, self._t_start, self._busy, self._syncing = 0, 0.0, False, False
-        self.spec_controls = dict(schedule=self.schedule, D=self.D, N=self.N, pipes=self.pipes, chunks=self.chunks, concat=self.concat,
-                                  recompute=self.recompute)
-        self.controls = list(self.spec_controls.values()) + [self.forward, self.backward, self.weight, self.p2p, self.allreduce, self.theme]
-        wrap = lambda ws: W.HBox(ws, layout=W.Layout(flex_flow='row wrap'))   # narrow notebooks: controls wrap, never clip
-        self._rows = [wrap([self.schedule, self.D, self.N, self.pipes, self.chunks, self.concat, self.recompute, self.theme]),
-                      wrap([self.preset, self.forward, self.backward, self.weight, self.p2p, self.allreduce]),
-                      wrap([self.folder] + self.saves + [self.search_button, self.saved]), self.message, self.metrics]
-        super().__init__()
-        self.spec = spec
-        self.add_class('chimera-explorer')
-        self.redraw()
-        for c in self.controls: c.observe(self._changed, names='value')
-        self.preset.observe(self._preset_changed, names='value')
-        self.observe(self._spec_set, names='spec')
-
-    def _changed(self, change):
-        if self._syncing: return
-        if change['owner'] in (self.forward, self.backward, self.weight) and not self._busy:
-            if COST_PRESETS.get(self.preset.value) != (self.forward.value, self.backward.value, self.weight.value):
-                self._busy = True; self.preset.value = 'custom'; self._busy = False
-        if self._busy: return
-        if change['owner'] in self.spec_controls.values(): self._edit_spec()
-        else: self.redraw()
-
-    def _preset_changed(self, change):
-        if change['new'] == 'custom': return
-        self._busy = True
-        self.forward.value, self.backward.value, self.weight.value = COST_PRESETS[change['new']]
-        self._busy = False
-        self.redraw()
-
-    def _theme_seen(self, change):
-        if change['new']: _PAGE['theme'] = change['new']
-        if self.theme.value == 'auto' and change['new'] and self.fig is not None \
-           and self.fig.layout.meta and self.fig.layout.meta.get('theme') != change['new']: self.redraw()
-
-    def options(self) -> dict:
-        "The generator options of the drawn spec's schedule."
-        return self.spec.options
-
-    def costs(self) -> Costs:
-        return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
-
-# %% ../nbs/02_viz.ipynb #9f0da20d
-def _replace(fw:go.FigureWidget, fig:go.Figure):
-    "Redraw `fw` with the traces and layout of `fig`; layout properties `fig` lacks are reset, so none stay stale."
-    stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
-    if stale: fw.plotly_relayout({k: None for k in stale})   # while the old layout still has them
-    with fw.batch_update():
-        fw.data = []
-        fw.add_traces(list(fig.data))
-        fw.layout = fig.layout
-
-# %% ../nbs/02_viz.ipynb #7ce39e74
-@patch
-def _fail(self:Explorer, msg:str):
-    self.error = msg
-    self.message.value = f"<div style='color:#b00020;padding:4px 0'><b>Not drawn:</b> {html.escape(msg, quote=False)}</div>"
-
-@patch
-def _edit_spec(self:Explorer):
-    "A schedule control changed: the spec with the controls' values, checked (an invalid choice says why and keeps the picture)."
-    bad = _checked_size('D', self.D.value, 1, EXPLORER_LIMITS['D']) or _checked_size('N', self.N.value, 1, EXPLORER_LIMITS['N'])
-    if bad: return self._fail(bad)
-    try: new = self.spec.replace(**{k: w.value for k, w in self.spec_controls.items()})
-    except SpecError as e: return self._fail(str(e))
-    if new != self.spec: self.spec = new          # observed: _spec_set redraws
-    elif self.error: self.redraw()                 # back to the drawn spec after an invalid choice
-
-@patch
-def _spec_set(self:Explorer, change):
-    "The spec was set (by the controls, a playground's choice or code): the controls show it, the picture draws it."
-    s, self._syncing = change['new'], True
-    try:
-        for k, w in self.spec_controls.items():
-            if k in ('schedule', 'D', 'N', 'recompute') or k in s.options: w.value = getattr(s, k)
-    finally: self._syncing = False
-    self.redraw()
-
-@patch
-def redraw(self:Explorer):
-    "Simulate the spec's schedule and redraw; a failure shows its message and keeps the last picture."
-    t = time.perf_counter()
-    name, sp = self.spec.schedule, self.spec
-    self.pipes.disabled = self.concat.disabled = name != 'chimera'
-    self.chunks.disabled = name != 'interleaved-1f1b'
-    bad = _checked_size('D', sp.D, 1, EXPLORER_LIMITS['D']) or _checked_size('N', sp.N, 1, EXPLORER_LIMITS['N'])
-    if bad: return self._fail(bad)
-    try:
-        s = sp.make()
-        tl = simulate(s, self.costs())
-        self.redraws += 1
-        meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
-        fig = plot_timeline(tl, theme=self.theme.value)   # tall enough for its whole legend
-        figs = [fig] + ([plot_memory(tl, height=340, theme=self.theme.value)] if self._memory else [])
-        for f in figs: f.update_layout(width=self.width, meta=dict(f.layout.meta or {}, **meta))
-    except Exception as e:   # ValueError for invalid combinations; never let a traceback reach the app
-        return self._fail(f"{type(e).__name__}: {e}" if not isinstance(e, ValueError) else str(e))
-    self.current, self.timeline, self.error, self.message.value = s, tl, None, ''
-    if self.fig is None:
-        self.fig = go.FigureWidget(figs[0])
-        self.memfig = go.FigureWidget(figs[1]) if self._memory else None
-    else:
-        _replace(self.fig, figs[0])
-        if self._memory: _replace(self.memfig, figs[1])
-    notes = [n for n in (bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), variant_hint(sp, self.costs(), tl.makespan)) if n]
-    self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
-    if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.search_box, self.probe]
-    self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
-    self._status('drawing in the browser…')
-    self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
-
-# %% ../nbs/02_viz.ipynb #c6526f3f
-@patch
-def _status(self:Explorer, timing:str):
-    tl, name, sp = self.timeline, self.spec.schedule, self.spec
-    peaks = tl.peak_activations or [0]
-    try: cf = closed_form(name, sp.D, sp.N, self.costs(), **self.options()).get('bubble') if not sp.recompute else None
-    except (ValueError, TypeError): cf = None
-    self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{tl.makespan:.4g}</b> · bubble ratio "
-                          f"<b>{tl.bubble_ratio:.1%}</b>" + (f" (closed form {cf:.1%})" if cf is not None else '')
-                          + f" · peak activations {min(peaks):g}–{max(peaks):g} Ma · weights {max(tl.weight_copies):g} Mθ"
-                          f" · {len(tl.events)} events · Python {self.seconds * 1000:.0f} ms · "
-                          f"<span class='chimera-timing'>{timing}</span></span>")
-
-@patch
-def _rendered(self:Explorer, widget, content, buffers):
-    "The page drew redraw number `seq`: record the time from the control change to the painted figures."
-    if not isinstance(content, dict) or content.get('type') != 'rendered' or content.get('seq') != self.redraws: return
-    if content.get('timeout'): return self._status('the browser did not draw within 10 minutes')
-    self.total_seconds = time.perf_counter() - self._t_start
-    self.render_seconds = self.total_seconds - self.seconds
-    self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
-                 f"(browser {self.render_seconds * 1000:.0f} ms)")
-
-# %% ../nbs/02_viz.ipynb #e67f5b2b
-@patch
-def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'torch-csv'
-         folder=None) -> Path:
-    "Write the current timeline figure (HTML, PNG) or schedule (trace, text, CSV, torch CSV) into `folder`."
-    if self.current is None: raise ValueError("nothing to save yet: the explorer has not drawn a schedule")
-    folder = Path(folder if folder is not None else self.folder.value)
-    o = ''.join(f"-{k}{v}" for k, v in self.options().items() if (k, v) not in (('pipes', 2), ('concat', 'direct')))
-    stem = folder / f"{self.spec.schedule}-D{self.spec.D}-N{self.spec.N}{o}{'-recompute' if self.spec.recompute else ''}"
-    if what == 'html': return save_html(self.fig, stem.with_suffix('.html'))
-    if what == 'png': return save_image(self.fig, stem.with_suffix('.png'), width=self.width or 1200)
-    if what not in EXPORTS: raise ValueError(f"unknown save {what!r}: choose html, png or one of {', '.join(EXPORTS)}")
-    path = Path(f"{stem}{EXPORTS[what]}")
-    export_schedule(self.current, what, path, self.costs())
-    return path
-
-@patch
-def _save_clicked(self:Explorer, btn):
-    what = btn.description.lower().replace(' ', '-')
-    try: p = self.save(what)
-    except (ValueError, RuntimeError, OSError, TypeError) as e:
-        self.saved.value = f"<span style='color:#b00020'>{html.escape(str(e))}</span>"; return
-    self.saved.value = f"<span>saved <code>{html.escape(str(p))}</code></span>"
-
-# %% ../nbs/02_viz.ipynb #92bd7c7b
-@patch
-def search(self:Explorer, time_limit:float=10.0, # seconds for the search
-           **kw): # more search_schedule arguments (memory, placements, method)
-    "Search an order for the drawn D, N and costs; draw it, and compare it with the best fixed schedule that fits."
-    from chimera_nb.search import search_schedule, fixed_variants
-    sp = self.spec if self.spec.schedule != 'custom' else self.spec.replace(schedule='chimera', order=None)
-    try: r = search_schedule(sp.D, sp.N, self.costs(), time_limit=time_limit, **kw)
-    except (ValueError, ImportError) as e: return self._fail(f"search: {e}")
-    self.search_result = r
-    best = dict(fixed_variants(sp.D, sp.N)).get(r.best_fixed)
-    self.spec = sp.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
-    note = W.HTML(f"<div style='font-size:12px'>searched ({html.escape(r.method)}, {r.placement}): makespan <b>{r.makespan:.3g}</b>; best fixed "
-                  f"{html.escape(r.best_fixed or 'none')} {r.best_fixed_makespan:.3g}; lower bound {r.lower_bound:.3g}"
-                  f"{' (optimal)' if r.optimal else f' (gap {r.gap:.1%})'}</div>")
-    figs = [go.FigureWidget(compare([simulate(r.schedule, self.costs()), simulate(best, self.costs())], theme=self.theme.value).fig)] if best else []
-    self.search_box.children = [note, *figs]
-    return r
-
-# %% ../nbs/02_viz.ipynb #a2694927
-def explorer(schedule:str='chimera', D:int=4, N:int=4, memory:bool=True, # also draw the memory picture (default: the paper's D = N, where Chimera wins)
-             width:int|None=None, # figure width in px (None: the width of the notebook)
-             theme:str='auto', # 'auto' follows JupyterLab's light / dark theme
-             costs:str='B = 2F (paper; split: B = W = F)', # a COST_PRESETS name
-             folder='explorer-out', # where the save buttons write
-             spec:PipelineSpec|None=None) -> Explorer: # start from this spec (its schedule, D, N, options, recompute)
-    "The interactive schedule explorer (display it in a notebook); `.spec` is what it draws."
-    return Explorer(schedule, D, N, memory, width, theme, costs, folder, spec)
+def __getattr__(name:str):
+    "The explorer's names, which live in `chimera_nb.explore`, import from `chimera_nb.viz` too."
+    if name in _MOVED:
+        from chimera_nb import explore
+        return getattr(explore, name)
+    raise AttributeError(f"module 'chimera_nb.viz' has no attribute {name!r}")
