@@ -16,7 +16,7 @@ from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule
 from .simulate import Costs, Timeline, simulate, closed_form
 from .spec import PipelineSpec, SpecError
 from .viz import (plot_timeline, plot_memory, compare, save_html, save_image, export_schedule, find_chromium,
-                            resolve_theme, EXPORTS, _PAGE)
+                            resolve_theme, EXPORTS, GLOSSARY, sig3, pct, _PAGE)
 
 # %% ../nbs/02a_explore.ipynb #3e20894e
 COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B input-grad, W weight-grad)
@@ -37,8 +37,9 @@ def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|N
     elif note: why.append(f"the closed form is {note}" if note == 'approximate' else f"the closed form assumes {note}")
     if costs.p2p or costs.p2p_bytes: why.append(f"each p2p message adds {costs.transfer():g} of waiting that it leaves out")
     if not why: why.append("the generated order differs from the paper's idealised one at this size")
-    return (f"Simulated bubble {tl.bubble_ratio:.1%} vs closed form {cf['bubble']:.1%} "
-            f"({tl.bubble_ratio - cf['bubble']:+.1%}): " + '; '.join(why) + '.')
+    d = tl.bubble_ratio - cf['bubble']
+    return (f"Simulated bubble {pct(tl.bubble_ratio)} vs closed form {pct(cf['bubble'])} "
+            f"({'+' if d >= 0 else ''}{pct(d)}): " + '; '.join(why) + '.')
 
 # %% ../nbs/02a_explore.ipynb #b105b687
 # halving is left out: its half-size micro-batches look free in unit costs, but run below the device's best B (paper §3.5)
@@ -132,16 +133,16 @@ class Explorer(W.VBox):
         st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
         f, b, w = COST_PRESETS[costs]
         self.schedule = W.Dropdown(options=list(SCHEDULES) + ['custom'], value=spec.schedule, description='schedule', style=st, layout=box('220px'))
-        self.D = W.IntText(value=spec.D, description='D (stages)', style=st, layout=box('140px'))
-        self.N = W.IntText(value=spec.N, description='N (micro-batches)', style=st, layout=box('180px'))
+        self.D = W.IntText(value=spec.D, description='D (stages)', tooltip=GLOSSARY['D'], style=st, layout=box('140px'))
+        self.N = W.IntText(value=spec.N, description='N (micro-batches)', tooltip=GLOSSARY['N'], style=st, layout=box('180px'))
         self.pipes = W.BoundedIntText(value=spec.pipes, min=2, max=64, step=2, description='pipes (2k)', style=st, layout=box('140px'))
         self.chunks = W.BoundedIntText(value=spec.chunks, min=1, max=8, description='chunks', style=st, layout=box('120px'))
         self.concat = W.Dropdown(options=CHIMERA_CONCAT, value=spec.concat, description='concat', style=st, layout=box('180px'))
         self.recompute = W.Checkbox(value=spec.recompute, description='recompute', indent=False, layout=box('110px'))
         self.preset = W.Dropdown(options=list(COST_PRESETS) + ['custom'], value=costs, description='costs', style=st, layout=box('300px'))
-        self.forward = W.BoundedFloatText(value=f, min=0, max=1e6, step=0.25, description='F', style=st, layout=box('110px'))
-        self.backward = W.BoundedFloatText(value=b, min=0, max=1e6, step=0.25, description='B', style=st, layout=box('110px'))
-        self.weight = W.BoundedFloatText(value=w, min=0, max=1e6, step=0.25, description='W', style=st, layout=box('110px'))
+        self.forward = W.BoundedFloatText(value=f, min=0, max=1e6, step=0.25, description='F', tooltip='forward time of one stage for one micro-batch', style=st, layout=box('110px'))
+        self.backward = W.BoundedFloatText(value=b, min=0, max=1e6, step=0.25, description='B', tooltip='backward (input-gradient) time; the whole backward is B + W', style=st, layout=box('110px'))
+        self.weight = W.BoundedFloatText(value=w, min=0, max=1e6, step=0.25, description='W', tooltip='weight-gradient time (its own action when the schedule splits the backward)', style=st, layout=box('110px'))
         self.p2p = W.BoundedFloatText(value=0.0, min=0, max=1e6, step=0.05, description='p2p latency', style=st, layout=box('160px'))
         self.allreduce = W.BoundedFloatText(value=0.0, min=0, max=1e6, step=0.5, description='all-reduce', style=st, layout=box('150px'))
         self.theme = W.Dropdown(options=['auto', 'light', 'dark'], value=theme, description='theme', style=st, layout=box('140px'))
@@ -254,7 +255,7 @@ def redraw(self:Explorer):
         tl = simulate(s, self.costs())
         self.redraws += 1
         meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
-        fig = plot_timeline(tl, theme=self.theme.value)   # tall enough for its whole legend
+        fig = plot_timeline(tl, theme=self.theme.value, costs=self.costs())   # tall enough for its whole legend
         figs = [fig] + ([plot_memory(tl, height=340, theme=self.theme.value)] if self._memory else [])
         for f in figs: f.update_layout(width=self.width, meta=dict(f.layout.meta or {}, **meta))
     except Exception as e:   # ValueError for invalid combinations; never let a traceback reach the app
@@ -280,10 +281,11 @@ def _status(self:Explorer, timing:str):
     peaks = tl.peak_activations or [0]
     try: cf = closed_form(name, sp.D, sp.N, self.costs(), **self.options()).get('bubble') if not sp.recompute else None
     except (ValueError, TypeError): cf = None
-    self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{tl.makespan:.4g}</b> · bubble ratio "
-                          f"<b>{tl.bubble_ratio:.1%}</b>" + (f" (closed form {cf:.1%})" if cf is not None else '')
-                          + f" · peak activations {min(peaks):g}–{max(peaks):g} Ma · weights {max(tl.weight_copies):g} Mθ"
-                          f" · {len(tl.events)} events · Python {self.seconds * 1000:.0f} ms · "
+    ab = lambda t: f"<abbr title='{html.escape(GLOSSARY[t])}'>{t}</abbr>"   # the glossary on hover
+    self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{sig3(tl.makespan)}</b> cost units · bubble ratio "
+                          f"<b>{pct(tl.bubble_ratio)}</b>" + (f" (closed form {pct(cf)})" if cf is not None else '')
+                          + f" · peak activations {sig3(min(peaks))}–{sig3(max(peaks))} {ab('Ma')} · weights "
+                          f"{sig3(max(tl.weight_copies))} {ab('Mθ')} · {len(tl.events)} events · Python {self.seconds * 1000:.0f} ms · "
                           f"<span class='chimera-timing'>{timing}</span></span>")
 
 @patch
