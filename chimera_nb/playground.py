@@ -16,7 +16,7 @@ from .spec import PipelineSpec, TrainConfig
 from .perf_model import HARDWARE, Profile, estimate_profile, predict, plot_breakdown, resolve_sync
 from .partition import memory_estimate, MEMORY_PARTS
 from .models import PRESETS
-from .explore import Explorer
+from .explore import Explorer, show_with_hint, alive_style
 
 # %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2')]
@@ -46,6 +46,7 @@ class Playground(W.VBox):
         super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
                           self.details, self.breakdown, self.explorer])
+        self.children += (alive_style(self),)   # hides the re-run line while the app is drawn
         self.tune_button.on_click(lambda _: self.tune())
         self.choice.observe(lambda ch: self.choose(ch['new']), names='value')
         self.slurm_button.on_click(lambda _: self._show_slurm_form())
@@ -54,6 +55,8 @@ class Playground(W.VBox):
 
     @property
     def chosen(self) -> PipelineSpec|None: return self.spec
+
+    def _ipython_display_(self): show_with_hint(self, 'playground')
 
 # %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch

@@ -42,6 +42,11 @@ PLAYGROUND = {**NOTEBOOK, "cells": [
      "source": "print('chosen:', app.spec, app.explorer.spec == app.spec)"}]}
 
 
+RELOAD = {**NOTEBOOK, "cells": [
+    {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
+     "source": "from chimera_nb.viz import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -56,13 +61,15 @@ def _descendants(pid: int) -> list:
         return []
 
 
-@pytest.fixture
-def lab(tmp_path):
-    "A JupyterLab server on a free port serving a temp root with explorer.ipynb; yields (url, root, log)."
+@pytest.fixture(scope='module')
+def lab(tmp_path_factory):
+    "One JupyterLab server for the module's tests, on a free port serving a temp root with their notebooks; yields (url, root, log)."
+    tmp_path = tmp_path_factory.mktemp('lab')
     root, cfg = tmp_path / 'root', tmp_path / 'jupyter'
     root.mkdir(); cfg.mkdir()
     (root / 'explorer.ipynb').write_text(json.dumps(NOTEBOOK))
     (root / 'playground.ipynb').write_text(json.dumps(PLAYGROUND))
+    (root / 'reload.ipynb').write_text(json.dumps(RELOAD))
     # no news / update toasts over the screenshot; workspaces and settings stay in the temp dir
     settings = cfg / 'settings' / '@jupyterlab' / 'apputils-extension'
     settings.mkdir(parents=True)
@@ -382,6 +389,59 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
             try: _shot(page, tmp_path, 'playground-failure.png')
+            except Exception: pass
+            raise
+        finally:
+            browser.close()
+
+
+RERUN = 'run this cell again'
+
+
+def test_explorer_survives_reload(lab, tmp_path):
+    "Reload the page: the displayed explorer redraws from its models; restart the kernel and reload: one line says what to re-run."
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page, errors = _open(browser, lab, 'reload.ipynb')
+            _run_all(page)
+            page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
+            _wait(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+            hint = page.locator('.chimera-rerun')
+            assert hint.count() == 1 and not hint.is_visible()          # the live explorer hides its re-run line
+            page.keyboard.press('Control+s')                              # outputs saved: a reload shows them again
+            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+
+            page.reload()                                                 # 1. reload, kernel alive: drawn from the models
+            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+            t = time.time()
+            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 60)
+            _wait(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
+            reload_s = time.time() - t
+            text = page.locator('.jp-OutputArea').first.inner_text()
+            assert 'drawing in the browser' not in text and 'Failed to initialize' not in text, text[-500:]
+            assert not page.locator('.chimera-rerun').is_visible()
+            _shot(page, tmp_path, 'reload-1-redrawn.png', full=False)
+
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
+            page.locator('.jp-Dialog button', has_text='Restart').click()
+            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+            page.reload()
+            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+            line = page.locator('.chimera-rerun')
+            line.wait_for(state='visible', timeout=60_000)                 # says what to re-run, in one line
+            assert RERUN in line.inner_text() and line.bounding_box()['height'] < 40, line.inner_text()
+            assert page.locator('.chimera-explorer .js-plotly-plot').count() == 0
+            _shot(page, tmp_path, 'reload-2-after-restart.png', full=False)
+            _run_all(page)                                                 # re-running draws it again, and hides the line
+            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 120)
+            _wait(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
+            print(f"reload to a timed redraw: {reload_s:.1f} s; screenshots in {tmp_path}")
+            assert not [e for e in errors if 'Failed to initialize' in e], errors
+        except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
+            try: _shot(page, tmp_path, 'reload-failure.png')
             except Exception: pass
             raise
         finally:
