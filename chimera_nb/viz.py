@@ -71,7 +71,7 @@ def pct(x:float) -> str:
 
 # %% ../nbs/02_viz.ipynb #9105a006
 def cost_label(costs:Costs, split:bool=False) -> str:
-    "The cost model in the one notation: `F = 1, B = 2F`; with a split backward `B = 2F (split: B = 1F, W = 1F)`."
+    "The cost model in the one notation: `F = 1, B = 2F`; with a split backward `B = 2F (split: B = F, W = F)`."
     f, b, w = costs.forward, costs.backward, costs.weight
     if not all(isinstance(v, (int, float)) for v in (f, b, w)): return 'costs per stage'
     rel = lambda v: ('F' if v == f else f"{v / f:.3g}F") if f else sig3(v)
