@@ -13,7 +13,7 @@ __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'GLOSSARY', 'THEMES', 'L
            'p2p_dependencies', 'to_chrome_trace', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
-import colorsys, json, os, shutil
+import colorsys, contextlib, json, logging, os, shutil
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
@@ -201,6 +201,8 @@ def bubble_trace(tl:Timeline, t0:float|None=None, width:float=BAR_WIDTH, scale:f
                   hovertemplate="<b>idle</b> rank %{y}<br>%{customdata[0]:.3g} → %{customdata[1]:.3g} "
                                 f"(%{{customdata[2]:.3g}} {_time_unit(tl)})<extra></extra>")
 
+
+# %% ../nbs/02_viz.ipynb #7e90448b
 COMM_COLORS = {'AR': '#444444'}
 COMM_NAMES = {'AR': 'gradient all-reduce'}
 
@@ -510,6 +512,20 @@ def save_html(fig, path, include_plotlyjs:bool|str=True) -> Path:
     _figure(fig).write_html(str(path), include_plotlyjs=include_plotlyjs, full_html=True)
     return path
 
+# %% ../nbs/02_viz.ipynb #4517a89d
+_QUIET = ('kaleido', 'choreographer', 'logistro')
+
+@contextlib.contextmanager
+def _quiet_loggers(names=_QUIET):
+    "The loggers `names` and their children silenced while the block runs (levels restored after)."
+    ls = [logging.getLogger(k) for k in logging.root.manager.loggerDict if k.split('.')[0] in names]
+    ls += [logging.getLogger(n) for n in names]
+    old = [(l, l.level) for l in ls]
+    for l in ls: l.setLevel(logging.CRITICAL + 1)
+    try: yield
+    finally:
+        for l, v in old: l.setLevel(v)
+
 # %% ../nbs/02_viz.ipynb #92d35cdb
 BROWSERS = ('chromium', 'chromium-browser', 'google-chrome', 'google-chrome-stable', 'chrome')
 
@@ -535,7 +551,8 @@ def save_image(fig, path, format:str|None=None, # 'png', 'svg', 'pdf', 'jpeg' or
     path.parent.mkdir(parents=True, exist_ok=True)
     old = os.environ.get('BROWSER_PATH')
     os.environ['BROWSER_PATH'] = browser   # kaleido (choreographer) reads it when it starts the browser
-    try: fig.write_image(str(path), format=format, width=width, height=height, scale=scale)
+    try:
+        with _quiet_loggers(): fig.write_image(str(path), format=format, width=width, height=height, scale=scale)
     finally:
         if old is None: os.environ.pop('BROWSER_PATH', None)
         else: os.environ['BROWSER_PATH'] = old
@@ -554,6 +571,8 @@ def p2p_dependencies(timeline) -> list:
             if src is not None and src.rank != e.rank: out.append((src, e))
     return out
 
+
+# %% ../nbs/02_viz.ipynb #99a09436
 def to_chrome_trace(timeline, path=None, # also write the JSON here
                     scale:float=1e6) -> dict: # microseconds per time unit (timelines are in seconds)
     "The Trace Event JSON (chrome://tracing, Perfetto) of `timeline`: X per action, s/f flows for the P2P messages."
