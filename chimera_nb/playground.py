@@ -22,22 +22,28 @@ from .viz import GLOSSARY, sig3, pct
 # %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2')]
 
+def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None) -> dict:
+    "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, and the Tune button."
+    st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
+    return dict(model=W.Dropdown(options=_MODELS, value=model, description='model', style=st),
+                hardware=W.Dropdown(options=list(HARDWARE), value=hardware, description='GPU', style=st),
+                gpus=W.BoundedIntText(value=gpus, min=1, max=65536, description='GPUs (P)', style=st, layout=box('150px')),
+                batch=W.BoundedIntText(value=global_batch, min=1, max=10**7, description='global batch', tooltip=GLOSSARY['B̂'],
+                                       style=st, layout=box('180px')),
+                memory=W.BoundedFloatText(value=memory_gib or 0.0, min=0, max=1e4, description='GiB/GPU (0: the GPU\'s)', style=st,
+                                          layout=box('220px')),
+                tune_button=W.Button(description='Tune', button_style='primary'))
+
+# %% ../nbs/12_playground.ipynb #d239caf8
 class Playground(W.VBox):
     "Autotuner, schedule explorer, memory table and breakdown in one widget app; `.spec` is the chosen configuration."
     spec = traitlets.Instance(PipelineSpec, allow_none=True)   # the chosen spec (None until a search); the explorer follows it
 
     def __init__(self, model:str='bert-48', hardware:str='b200', gpus:int=8, global_batch:int=128, memory_gib:float|None=None,
                  micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None):
-        st = dict(description_width='initial')
-        self.model = W.Dropdown(options=_MODELS, value=model, description='model', style=st)
-        self.hardware = W.Dropdown(options=list(HARDWARE), value=hardware, description='GPU', style=st)
-        self.gpus = W.BoundedIntText(value=gpus, min=1, max=65536, description='GPUs (P)', style=st, layout=W.Layout(width='150px'))
-        self.batch = W.BoundedIntText(value=global_batch, min=1, max=10**7, description='global batch', style=st, layout=W.Layout(width='180px'))
-        self.memory = W.BoundedFloatText(value=memory_gib or 0.0, min=0, max=1e4, description='GiB/GPU (0: the GPU\'s)', style=st,
-                                         layout=W.Layout(width='220px'))
-        self.tune_button = W.Button(description='Tune', button_style='primary')
+        for k, w in _inputs(model, hardware, gpus, global_batch, memory_gib).items(): setattr(self, k, w)
         self.message, self.table, self.details = W.HTML(), W.HTML(), W.HTML()
-        self.choice = W.Dropdown(options=[], description='configuration', style=st, layout=W.Layout(width='640px', max_width='100%'))
+        self.choice = W.Dropdown(options=[], description='configuration', style=dict(description_width='initial'), layout=W.Layout(width='640px', max_width='100%'))
         self.explorer = Explorer(memory=False)   # width: the notebook's
         self.breakdown = responsive(go.FigureWidget())
         self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
@@ -52,7 +58,7 @@ class Playground(W.VBox):
         self.choice.observe(lambda ch: self.choose(ch['new']), names='value')
         self.slurm_button.on_click(lambda _: self._show_slurm_form())
         traitlets.dlink((self, 'spec'), (self.explorer, 'spec'), lambda s: s or self.explorer.spec)   # the explorer draws the choice
-        self.observe(self._spec_chosen, names='spec')
+        self.observe(lambda ch: self._spec_chosen(ch), names='spec')   # defined below
 
     @property
     def chosen(self) -> PipelineSpec|None: return self.spec

@@ -386,6 +386,8 @@ def _fits_at(page, tmp_path, width, name, sidebar:bool):
     if shell == sidebar:   # collapsed while it should be open, or the other way round
         page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
     _wait(page, lambda p: p.evaluate("() => window.jupyterapp.shell.leftCollapsed"), lambda c: c != sidebar, 10, 'the file browser')
+    nb_width = lambda p: (lambda f: f['nb']['r'] - f['nb']['l'])(p.evaluate(FIT_JS))   # JupyterLab lays out again: wait for it
+    _wait(page, nb_width, (lambda w: w < width - 250) if sidebar else (lambda w: w > width - 150), 15, f'the notebook at {width} px')
     try: found = _wait(page, _misfits, lambda m: not m[0] and not m[1], 15, f'the layout at {width} px')
     except AssertionError:
         out, plots, f = _misfits(page)
