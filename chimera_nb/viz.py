@@ -276,6 +276,8 @@ def _describe(tl:Timeline, costs:Costs|None=None) -> str:
 def _headline(tl:Timeline) -> str:
     return f"makespan {sig3(tl.makespan)} {_time_unit(tl)}, bubble ratio {pct(tl.bubble_ratio)}"
 
+
+# %% ../nbs/02_viz.ipynb #8de11de0
 def _rank_axis(R:int, lanes:bool=False) -> dict:
     "A y axis with one row per rank, rank 0 on top."
     return dict(tickmode='array', tickvals=list(range(R)), ticktext=[f"rank {r}" for r in range(R)] if R <= 16 else
@@ -342,6 +344,17 @@ def _reduce(c:np.ndarray, lo:float, hi:float, columns:int) -> np.ndarray:
     prev = np.concatenate([[0.0], c[:, 1]])[np.searchsorted(c[:, 0], edges[:-1], side='right')]
     return np.column_stack([edges[:-1], np.maximum(top, prev)])
 
+# %% ../nbs/02_viz.ipynb #636ac2aa
+def _paper_lines(fig:go.Figure, tl:Timeline, R:int):
+    "The paper's activation range (closed form) as dashed lines on the peak panel, where a closed form holds."
+    try: cf = closed_form(tl.name, tl.meta.get('D', R), tl.meta.get('N', 0), **{k: v for k, v in tl.meta.items() if k == 'chunks'})
+    except (ValueError, TypeError): return
+    if tl.recompute or tl.stage_fraction != 1 or cf.get('act_max') is None: return
+    lines = [(cf['act_max'], '')] if cf['act_min'] == cf['act_max'] else [(cf['act_min'], ' min'), (cf['act_max'], ' max')]
+    for v, what in lines:
+        fig.add_hline(y=v, line=dict(dash='dash', color='#888', width=1), row=1, col=2,
+                      annotation_text=f"paper{what} {v:g}", annotation_font_size=10)
+
 # %% ../nbs/02_viz.ipynb #7d78b3ce
 def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto') -> go.Figure:
     "Live activations per rank over time (step lines) and the per-rank peak (bars), in Ma units."
@@ -366,13 +379,7 @@ def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto')
                                  hovertemplate=f"rank {r}" + "<br>t %{x:.3g}: %{y:.3g} Ma" + f"<br>{gloss('Ma')}<extra></extra>"), 1, 1)
     fig.add_trace(go.Bar(x=list(range(R)), y=peaks, marker_color=colors, showlegend=False,
                          meta=dict(role='peak'), hovertemplate="rank %{x}: peak %{y:.3g} Ma" + f"<br>{gloss('Ma')}<extra></extra>"), 1, 2)
-    try: cf = closed_form(tl.name, tl.meta.get('D', R), tl.meta.get('N', 0), **{k: v for k, v in tl.meta.items() if k == 'chunks'})
-    except (ValueError, TypeError): cf = {}
-    if not tl.recompute and tl.stage_fraction == 1 and cf.get('act_max') is not None:
-        lines = [(cf['act_max'], '')] if cf['act_min'] == cf['act_max'] else [(cf['act_min'], ' min'), (cf['act_max'], ' max')]
-        for v, what in lines:
-            fig.add_hline(y=v, line=dict(dash='dash', color='#888', width=1), row=1, col=2,
-                          annotation_text=f"paper{what} {v:g}", annotation_font_size=10)
+    _paper_lines(fig, tl, R)
     if reduce: title += "<br><sup>curves reduced to their maximum per 1/600 of the time</sup>"
     fig.update_layout(title=dict(text=title, x=0, xanchor='left'), height=height, autosize=True,
                       margin=dict(l=60, r=20, t=80, b=50), legend=dict(font=dict(size=10), tracegroupgap=0))
@@ -417,6 +424,21 @@ def _item(it, costs:Costs|None) -> Timeline:
         it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
     return as_timeline(it, 'compare', costs)
 
+# %% ../nbs/02_viz.ipynb #a0a7c266
+def _compare_traces(fig:go.Figure, tls:list, labels:bool, raster:bool):
+    "Each timeline into its row of `fig`; one legend entry per (group, kind) over all rows (a 1-pipe schedule's pipe is the down pipe)."
+    seen, P = set(), max(t.meta.get('pipes', 1) for t in tls)
+    if P > 4: P = None
+    for i, t in enumerate(tls, 1):
+        trs = (raster_traces(t, legend_pipes=P) if raster else [bubble_trace(t)] + action_traces(t, labels=labels, pipes=P, two_lines=False))
+        for tr in trs + comm_traces(t):
+            if tr is None: continue
+            key = (tr.legendgroup, tr.name)
+            if tr.showlegend is not False: tr.update(showlegend=key not in seen); seen.add(key)
+            if tr.legendgrouptitle and tr.legendgrouptitle.text and key in seen and not tr.showlegend: tr.legendgrouptitle = None
+            fig.add_trace(tr, i, 1)
+        fig.update_yaxes(_rank_axis(max(_num_ranks(t), 1), any(e.kind not in COMPUTE for e in t.events)), row=i, col=1)
+
 # %% ../nbs/02_viz.ipynb #75bdef87
 def compare(items, costs:Costs|None=None, # costs for the items that are not yet timelines
             labels:bool|None=None, height:int|None=None, theme:str='auto') -> Comparison:
@@ -431,20 +453,7 @@ def compare(items, costs:Costs|None=None, # costs for the items that are not yet
     fig = make_subplots(rows=len(tls), cols=1, shared_xaxes=True, row_heights=Rs, vertical_spacing=min(0.3, 40 / H),
                         subplot_titles=[f"{_describe(t, costs)} — {_headline(t)}" for t in tls])
     n = sum(e.kind in COMPUTE for t in tls for e in t.events)
-    if labels is None: labels = n <= LABEL_LIMIT
-    seen, P = set(), max(t.meta.get('pipes', 1) for t in tls)   # one legend: a 1-pipe schedule's pipe is the down pipe
-    if P > 4: P = None
-    for i, t in enumerate(tls, 1):
-        raster = n > RASTER_LIMIT
-        trs = (raster_traces(t, legend_pipes=P) if raster else [bubble_trace(t)] + action_traces(t, labels=labels, pipes=P, two_lines=False)) + comm_traces(t)
-        for tr in trs:
-            if tr is None: continue
-            key = (tr.legendgroup, tr.name)       # one legend entry per (group, kind) over all subplots
-            if tr.showlegend is not False: tr.update(showlegend=key not in seen); seen.add(key)
-            if tr.legendgrouptitle and tr.legendgrouptitle.text and key in seen and not tr.showlegend:
-                tr.legendgrouptitle = None
-            fig.add_trace(tr, i, 1)
-        fig.update_yaxes(_rank_axis(Rs[i - 1], any(e.kind not in COMPUTE for e in t.events)), row=i, col=1)
+    _compare_traces(fig, tls, n <= LABEL_LIMIT if labels is None else labels, n > RASTER_LIMIT)
     fig.update_xaxes(title_text=_time_title(tls[0]), row=len(tls), col=1)
     fig.update_layout(barmode='overlay', bargap=0, hoverlabel=dict(align='left'), uniformtext=_UNIFORMTEXT, autosize=True,
                       height=max(H, _legend_height(fig.data)), legend=_LEGEND, margin=dict(l=70, r=20, t=40, b=50))
@@ -538,6 +547,7 @@ def find_chromium() -> str|None:
         if p: return p
     return '/usr/bin/chromium' if os.access('/usr/bin/chromium', os.X_OK) else None
 
+# %% ../nbs/02_viz.ipynb #232c76a2
 def save_image(fig, path, format:str|None=None, # 'png', 'svg', 'pdf', 'jpeg' or 'webp'; default from the suffix
                width:int|None=None, height:int|None=None, scale:float=1) -> Path:
     "Write `fig` as a static image through kaleido and a headless Chromium."
