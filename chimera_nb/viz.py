@@ -140,6 +140,21 @@ def _legend(kind:str, pipe:int, pipes:int, prefix:str='') -> dict:
     return dict(name=f"{kind} {KIND_NAMES[kind]}", legendgroup=f"{prefix}pipe{pipe}",
                 legendgrouptitle_text=f"{prefix}{pipe_name(pipe, pipes)}")
 
+# %% ../nbs/02_viz.ipynb #ea6322d5
+def _bar_marker(kind:str, pipe:int, mb:np.ndarray, labels:bool, style:str='solid') -> dict:
+    "Marker of a (pipe, kind) trace: four micro-batch shades (a numeric colour scale: ~50x faster to validate than colour strings)."
+    if style == 'outline': return dict(color='rgba(0,0,0,0)', line=dict(width=1.6, color=bar_color('B' if kind == 'B' else 'W', pipe, 1)))
+    marker = dict(color=mb % 4, colorscale=[[i / 3, bar_color(kind, pipe, i)] for i in range(4)], cmin=0, cmax=3, showscale=False,
+                  line=dict(width=0.6 if labels else 0, color='white'))
+    if kind == 'W': marker['pattern'] = dict(shape='/', fgcolor='rgba(255,255,255,0.55)', size=6, solidity=0.25)
+    return marker
+
+def _bar_labels(names, kind:str, two_lines:bool) -> dict:
+    "Text of the bars: each action's name, on two lines (`F3.` / `u0`) where the bars are tall enough."
+    return dict(text=[t.replace('.', '.<br>' if two_lines else '.', 1) for t in names], textposition='inside', textangle=0,
+                insidetextanchor='middle', constraintext='inside', cliponaxis=True,
+                insidetextfont=dict(size=10, color='#1a1a1a' if kind == 'F' else 'white'))
+
 # %% ../nbs/02_viz.ipynb #e92e37b9
 def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:str='solid', width:float=BAR_WIDTH,
                   scale:float=1.0, prefix:str='', pipes:int|None=None, two_lines:bool=True) -> list:
@@ -156,23 +171,13 @@ def action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style:
         a = np.array([(e.rank, e.stage, e.microbatch, e.start, e.end) for e in g], dtype=float)
         start, end = (a[:, 3] - t0) * scale, (a[:, 4] - t0) * scale
         glob = a[:, 2] * max(pipes, 1) + pipe            # Schedule.global_microbatch
-        # four micro-batch shades as a numeric colour scale: numbers validate ~50x faster than colour strings
-        shades = [[i / 3, bar_color(kind, pipe, i)] for i in range(4)]
-        marker = dict(color=a[:, 2] % 4, colorscale=shades, cmin=0, cmax=3, showscale=False,
-                      line=dict(width=0.6 if labels else 0, color='white'))
-        if kind == 'W': marker['pattern'] = dict(shape='/', fgcolor='rgba(255,255,255,0.55)', size=6, solidity=0.25)
-        if style == 'outline':
-            marker = dict(color='rgba(0,0,0,0)', line=dict(width=1.6, color=bar_color('B' if kind == 'B' else 'W', pipe, 1)))
-        tr = go.Bar(y=a[:, 0].astype(int), base=start, x=end - start, orientation='h', width=width, marker=marker,
+        tr = go.Bar(y=a[:, 0].astype(int), base=start, x=end - start, orientation='h', width=width,
+                    marker=_bar_marker(kind, pipe, a[:, 2], labels, style),
                     customdata=np.column_stack([a[:, 1], a[:, 2], start, end, end - start, a[:, 0], glob]),
                     hovertext=[action_name(e.kind, e.stage, e.pipe, e.microbatch) for e in g],
                     hovertemplate=_hover(kind, pipe_name(pipe, pipes), prefix, unit),
                     meta=dict(role='action', kind=kind, pipe=pipe, style=style), **_legend(kind, pipe, pipes, prefix))
-        if labels and style != 'outline':
-            sep = '.<br>' if two_lines and _num_ranks(tl) <= 8 else '.'   # tall bars: the name on two lines fits narrow bars
-            tr.update(text=[t.replace('.', sep, 1) for t in tr.hovertext], textposition='inside',
-                      insidetextanchor='middle', textangle=0, constraintext='inside', cliponaxis=True,
-                      insidetextfont=dict(size=10, color='#1a1a1a' if kind == 'F' else 'white'))
+        if labels and style != 'outline': tr.update(_bar_labels(tr.hovertext, kind, two_lines and _num_ranks(tl) <= 8))
         traces.append(tr)
     return traces
 
@@ -229,6 +234,16 @@ def comm_traces(tl:Timeline, t0:float|None=None, scale:float=1.0) -> list:
 RASTER_LIMIT = 4000    # above this many compute actions, plot_timeline draws the summarised raster view
 RASTER_COLUMNS = 1200  # time columns of the raster
 
+def _raster_grid(ev:list, R:int, cats:list, lo:float, dt:float, columns:int) -> np.ndarray:
+    "Ranks x time columns: 1 + the index in `cats` of the (pipe, kind) running at each cell's middle time, 0 where idle."
+    code = {c: i + 1 for i, c in enumerate(cats)}
+    z = np.zeros((R, columns), dtype=np.int16)
+    for e in ev:
+        i0, i1 = int(np.ceil((e.start - lo) / dt - 0.5)), int(np.ceil((e.end - lo) / dt - 0.5))
+        if i1 > i0: z[e.rank, max(i0, 0):i1] = code[(e.pipe, e.kind)]
+    return z
+
+# %% ../nbs/02_viz.ipynb #6d896822
 def raster_traces(tl:Timeline, t0:float|None=None, columns:int=RASTER_COLUMNS, legend_pipes:int|None=None) -> list:
     "A `go.Heatmap` of ranks x time columns coloured by (pipe, kind) of the running action, and legend-only markers."
     t0 = _t0(tl) if t0 is None else t0
@@ -238,11 +253,7 @@ def raster_traces(tl:Timeline, t0:float|None=None, columns:int=RASTER_COLUMNS, l
     lo, hi = min(e.start for e in ev), max(e.end for e in ev)
     dt = (hi - lo) / columns or 1.0
     cats = sorted({(e.pipe, e.kind) for e in ev}, key=lambda k: (k[0], COMPUTE.index(k[1])))
-    code = {c: i + 1 for i, c in enumerate(cats)}
-    z = np.zeros((R, columns), dtype=np.int16)
-    for e in ev:   # the cells whose middle time falls inside the action
-        i0, i1 = int(np.ceil((e.start - lo) / dt - 0.5)), int(np.ceil((e.end - lo) / dt - 0.5))
-        if i1 > i0: z[e.rank, max(i0, 0):i1] = code[(e.pipe, e.kind)]
+    z = _raster_grid(ev, R, cats, lo, dt, columns)
     colors = ['rgba(150,150,150,0.15)'] + [bar_color(k, p, 1) for p, k in cats]
     K = len(colors)
     scale = [s for i, c in enumerate(colors) for s in ([i / K, c], [(i + 1) / K, c])]
