@@ -24,6 +24,7 @@ COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B i
                 'F = B (split: B = W = F/2)': (1.0, 0.5, 0.5)}
 EXPLORER_LIMITS = dict(D=64, N=512)   # the largest sizes the explorer draws
 
+# %% ../nbs/02a_explore.ipynb #edbd5ab9
 def bubble_note(name:str, D:int, N:int, tl:Timeline, costs:Costs, options:dict|None=None, tol:float=0.005) -> str:
     "A sentence on why the simulated bubble of `tl` differs from the closed form, or '' when they agree."
     try: cf = closed_form(name, D, N, costs, **(options or {}))
@@ -253,7 +254,7 @@ def _wire(self:Explorer):
     "Observe the controls, the page probe and the spec."
     for btn in self.saves: btn.on_click(lambda b: self._save_clicked(b))   # defined below, with the saves
     self.search_button.on_click(lambda _: self.search())
-    self.probe.observe(self._theme_seen, names='theme'); self.probe.on_msg(self._rendered)
+    self.probe.observe(self._theme_seen, names='theme'); self.probe.on_msg(lambda w, c, b: self._rendered(w, c, b))
     for c in self.controls: c.observe(self._changed, names='value')
     self.preset.observe(self._preset_changed, names='value')
     self.observe(self._spec_set, names='spec')
@@ -320,6 +321,8 @@ def _edit_spec(self:Explorer):
     if new != self.spec: self.spec = new          # observed: _spec_set redraws
     elif self.error: self.redraw()                 # back to the drawn spec after an invalid choice
 
+
+# %% ../nbs/02a_explore.ipynb #20e776b4
 @patch
 def _spec_set(self:Explorer, change):
     "The spec was set (by the controls, a playground's choice or code): the controls show it, the picture draws it."
@@ -343,18 +346,6 @@ def _status(self:Explorer, timing:str):
                           + f" · peak activations {sig3(min(peaks))}–{sig3(max(peaks))} {ab('Ma')} · weights "
                           f"{sig3(max(tl.weight_copies))} {ab('Mθ')} · {len(tl.events)} events · Python {self.seconds * 1000:.0f} ms · "
                           f"<span class='chimera-timing'>{timing}</span></span>")
-
-@patch
-def _rendered(self:Explorer, widget, content, buffers):
-    "The page drew redraw number `seq`: record the time from the control change to the painted figures."
-    if isinstance(content, dict) and content.get('type') == 'hello' and self.timeline is not None and self.total_seconds is None:
-        return self.probe.send(dict(type='watch', seq=self.redraws, plots=1 + bool(self._memory), id=self.probe.model_id))
-    if not isinstance(content, dict) or content.get('type') != 'rendered' or content.get('seq') != self.redraws: return
-    if content.get('timeout'): return self._status('the browser did not draw within 10 minutes')
-    self.total_seconds = time.perf_counter() - self._t_start
-    self.render_seconds = self.total_seconds - self.seconds
-    self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
-                 f"(browser {self.render_seconds * 1000:.0f} ms)")
 
 # %% ../nbs/02a_explore.ipynb #23fe4c53
 @patch
@@ -391,6 +382,19 @@ def redraw(self:Explorer):
     self._status('drawing in the browser…')
     self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
 
+# %% ../nbs/02a_explore.ipynb #6a3ac289
+@patch
+def _rendered(self:Explorer, widget, content, buffers):
+    "The page drew redraw number `seq`: record the time from the control change to the painted figures."
+    if isinstance(content, dict) and content.get('type') == 'hello' and self.timeline is not None and self.total_seconds is None:
+        return self.probe.send(dict(type='watch', seq=self.redraws, plots=1 + bool(self._memory), id=self.probe.model_id))
+    if not isinstance(content, dict) or content.get('type') != 'rendered' or content.get('seq') != self.redraws: return
+    if content.get('timeout'): return self._status('the browser did not draw within 10 minutes')
+    self.total_seconds = time.perf_counter() - self._t_start
+    self.render_seconds = self.total_seconds - self.seconds
+    self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
+                 f"(browser {self.render_seconds * 1000:.0f} ms)")
+
 # %% ../nbs/02a_explore.ipynb #e67f5b2b
 @patch
 def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'torch-csv'
@@ -407,6 +411,8 @@ def save(self:Explorer, what:str, # 'html', 'png', 'trace', 'text', 'csv' or 'to
     export_schedule(self.current, what, path, self.costs())
     return path
 
+
+# %% ../nbs/02a_explore.ipynb #b290e4b1
 @patch
 def _save_clicked(self:Explorer, btn):
     what = btn.description.lower().replace(' ', '-')
