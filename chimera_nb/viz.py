@@ -594,6 +594,23 @@ def p2p_dependencies(timeline) -> list:
 
 
 # %% ../nbs/02_viz.ipynb #99a09436
+def _trace_meta(R:int) -> list:
+    "Trace Event metadata: a process per rank (sorted by rank) with a compute and a comm thread."
+    return [m for r in range(R) for m in (dict(ph='M', name='process_name', pid=r, tid=0, args=dict(name=f"rank {r}")),
+            dict(ph='M', name='process_sort_index', pid=r, tid=0, args=dict(sort_index=r)),
+            dict(ph='M', name='thread_name', pid=r, tid=0, args=dict(name='compute')),
+            dict(ph='M', name='thread_name', pid=r, tid=1, args=dict(name='comm')))]
+
+def _flows(tl:Timeline, us, scale:float) -> list:
+    "A flow arrow (s at the producer's end, f at the consumer's start) per point-to-point message of `tl`."
+    ev = []
+    for i, (a, b) in enumerate(p2p_dependencies(tl)):
+        ts, dur = us(a.start), (a.end - a.start) * scale
+        ev.append(dict(ph='s', id=i, name='p2p', cat='p2p', pid=a.rank, tid=0, ts=round(ts + max(dur - 1, dur / 2), 3)))
+        ev.append(dict(ph='f', id=i, name='p2p', cat='p2p', pid=b.rank, tid=0, ts=us(b.start), bp='e'))
+    return ev
+
+# %% ../nbs/02_viz.ipynb #06cb2837
 def to_chrome_trace(timeline, path=None, # also write the JSON here
                     scale:float=1e6) -> dict: # microseconds per time unit (timelines are in seconds)
     "The Trace Event JSON (chrome://tracing, Perfetto) of `timeline`: X per action, s/f flows for the P2P messages."
@@ -605,12 +622,7 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
     if not (np.isfinite(scale) and scale > 0): raise ValueError(f"to_chrome_trace scale must be a positive number, got {scale!r}")
     t0, R = _t0(tl), _num_ranks(tl)
     us = lambda t: round((t - t0) * scale, 3)
-    ev = []
-    for r in range(R):
-        ev += [dict(ph='M', name='process_name', pid=r, tid=0, args=dict(name=f"rank {r}")),
-               dict(ph='M', name='process_sort_index', pid=r, tid=0, args=dict(sort_index=r)),
-               dict(ph='M', name='thread_name', pid=r, tid=0, args=dict(name='compute')),
-               dict(ph='M', name='thread_name', pid=r, tid=1, args=dict(name='comm'))]
+    ev = _trace_meta(R)
     for e in tl.events:
         comp = e.kind in COMPUTE
         name = action_name(e.kind, e.stage, e.pipe, e.microbatch) if comp else \
@@ -618,10 +630,7 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
         ev.append(dict(ph='X', name=name, cat=e.kind, pid=e.rank, tid=0 if comp else 1, ts=us(e.start),
                        dur=round((e.end - e.start) * scale, 3),
                        args=dict(kind=e.kind, stage=e.stage, microbatch=e.microbatch, pipe=e.pipe)))
-    for i, (a, b) in enumerate(p2p_dependencies(tl)):
-        ts, dur = us(a.start), (a.end - a.start) * scale
-        ev.append(dict(ph='s', id=i, name='p2p', cat='p2p', pid=a.rank, tid=0, ts=round(ts + max(dur - 1, dur / 2), 3)))
-        ev.append(dict(ph='f', id=i, name='p2p', cat='p2p', pid=b.rank, tid=0, ts=us(b.start), bp='e'))
+    ev += _flows(tl, us, scale)
     trace = dict(traceEvents=ev, displayTimeUnit='ms',
                  otherData=dict(name=tl.name, source=tl.source, **{k: str(v) for k, v in tl.meta.items()}))
     if path is not None:
