@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DATA_STAMP := $(VENV)/.data-installed
 JUPYTER_CFG := $(HOME)/.jupyter/jupyter_server_config.py
 
-.PHONY: install data demo test export check bench readme
+.PHONY: install data demo test export check bench readme docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -58,3 +58,8 @@ bench: install
 # README.md is the executed index notebook (nbdev-readme needs Quarto, which this offline machine lacks)
 readme: install
 	$(VENV)/bin/jupyter nbconvert --to markdown --execute nbs/index.ipynb --output-dir . --output README --log-level WARN
+
+# the documentation site in _site/ (open _site/index.html): the notebooks as pages, not executed, and an API page per module
+# from the docments. mkdocs-material + mkdocs-jupyter, because Quarto (nbdev's renderer) cannot be installed offline
+docs: install
+	$(PY) docs/build_docs.py

@@ -42,6 +42,11 @@ PLAYGROUND = {**NOTEBOOK, "cells": [
      "source": "print('chosen:', app.spec, app.explorer.spec == app.spec)"}]}
 
 
+RELOAD = {**NOTEBOOK, "cells": [
+    {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
+     "source": "from chimera_nb.viz import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
@@ -56,13 +61,15 @@ def _descendants(pid: int) -> list:
         return []
 
 
-@pytest.fixture
-def lab(tmp_path):
-    "A JupyterLab server on a free port serving a temp root with explorer.ipynb; yields (url, root, log)."
+@pytest.fixture(scope='module')
+def lab(tmp_path_factory):
+    "One JupyterLab server for the module's tests, on a free port serving a temp root with their notebooks; yields (url, root, log)."
+    tmp_path = tmp_path_factory.mktemp('lab')
     root, cfg = tmp_path / 'root', tmp_path / 'jupyter'
     root.mkdir(); cfg.mkdir()
     (root / 'explorer.ipynb').write_text(json.dumps(NOTEBOOK))
     (root / 'playground.ipynb').write_text(json.dumps(PLAYGROUND))
+    (root / 'reload.ipynb').write_text(json.dumps(RELOAD))
     # no news / update toasts over the screenshot; workspaces and settings stay in the temp dir
     settings = cfg / 'settings' / '@jupyterlab' / 'apputils-extension'
     settings.mkdir(parents=True)
@@ -287,6 +294,18 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             _wait(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
             assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
 
+            # PNG through kaleido: saved and said so, and nothing else printed (a traceback in the page or the server's log)
+            log0 = len(lab['log'].read_text())
+            page.locator('.chimera-explorer button', has_text='PNG').first.click()
+            png = lab['root'] / 'explorer-out' / 'chimera-D4-N8.png'
+            page.wait_for_selector('.chimera-explorer :text("chimera-D4-N8.png")', timeout=90_000)
+            assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+            page.wait_for_timeout(1000)
+            printed = lab['log'].read_text()[log0:]
+            print('server log while saving the PNG:', printed[-1500:] or '(nothing)')
+            assert 'Traceback' not in printed and '{"' not in printed, printed[-3000:]
+            assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+
             # JupyterLab's dark theme: the page probe tells Python, the figures redraw dark
             page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
             ps = _wait(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
@@ -334,10 +353,51 @@ def _open(browser, lab, name, width=1280, height=900):
     errors = []
     page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
     page.on('pageerror', lambda e: errors.append(str(e)))
-    page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}")
+    page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}&reset")   # reset: only this notebook open (one server serves all tests)
     page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
     return page, errors
+
+
+FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook').getBoundingClientRect();
+  const right = Math.min(nb.right, window.innerWidth), sel = '.widget-button, .widget-dropdown, .widget-inline-hbox, .widget-text, .widget-checkbox';
+  const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, w: r.width}; };
+  const shown = e => e.offsetParent !== null && e.getBoundingClientRect().width > 0;
+  const controls = Array.from(document.querySelectorAll('.jp-OutputArea-output')).flatMap(o => Array.from(o.querySelectorAll(sel)))
+    .filter(shown).map(e => ({text: (e.innerText || e.textContent || '').trim().slice(0, 40), ...box(e)}));
+  const plots = Array.from(document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')).filter(shown).map(e => {
+    const svg = e.querySelector('.main-svg'), area = e.closest('.jp-OutputArea-output').getBoundingClientRect();
+    return {svg: svg ? box(svg) : null, area: {l: area.left, r: area.right}}; });
+  return {nb: {l: nb.left, r: right}, controls, plots, width: window.innerWidth}; }"""
+
+
+def _misfits(page) -> tuple:
+    "Controls and plots of the page's outputs that reach past the notebook or the window: (controls, plots, layout)."
+    f = page.evaluate(FIT_JS)
+    out = [c for c in f['controls'] if c['l'] < f['nb']['l'] - 1 or c['r'] > f['nb']['r'] + 1]
+    plots = [p for p in f['plots'] if p['svg'] is None or p['svg']['r'] > min(p['area']['r'], f['nb']['r']) + 1]
+    return out, plots, f
+
+
+def _fits_at(page, tmp_path, width, name, sidebar:bool):
+    "Resize the window to `width` (the file browser open or closed); every control and plot inside the notebook; a screenshot."
+    page.set_viewport_size({'width': width, 'height': 900})
+    shell = page.evaluate("() => window.jupyterapp.shell.leftCollapsed")
+    if shell == sidebar:   # collapsed while it should be open, or the other way round
+        page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
+    _wait(page, lambda p: p.evaluate("() => window.jupyterapp.shell.leftCollapsed"), lambda c: c != sidebar, 10, 'the file browser')
+    nb_width = lambda p: (lambda f: f['nb']['r'] - f['nb']['l'])(p.evaluate(FIT_JS))   # JupyterLab lays out again: wait for it
+    _wait(page, nb_width, (lambda w: w < width - 250) if sidebar else (lambda w: w > width - 150), 15, f'the notebook at {width} px')
+    try: found = _wait(page, _misfits, lambda m: not m[0] and not m[1], 15, f'the layout at {width} px')
+    except AssertionError:
+        out, plots, f = _misfits(page)
+        _shot(page, tmp_path, f'fit-{name}-FAILED.png', full=False)
+        print('plot boxes (class, width, css width, min-width, style width):', page.evaluate("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')).map(gd => {
+            const chain = []; let e = gd; for (let i = 0; i < 7 && e; i++, e = e.parentElement) chain.push([e.className.slice(0, 50), e.getBoundingClientRect().width, getComputedStyle(e).width, getComputedStyle(e).minWidth, e.style.width]);
+            return {chain, lay: gd.layout && [gd.layout.width, gd.layout.autosize], full: gd._fullLayout && gd._fullLayout.width}; })"""))
+        raise AssertionError(f"at {width} px: controls outside the notebook {out[:6]}, plots {plots}, notebook {f['nb']}")
+    _shot(page, tmp_path, f'fit-{name}.png', full=False)
+    return found[2]
 
 
 def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_path):
@@ -378,10 +438,71 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             assert y(form) < y(ex.locator('.js-plotly-plot').first), 'the form should appear above the explorer, next to its button'
             form.scroll_into_view_if_needed()
             _shot(page, tmp_path, 'playground-2-form.png', full=False)
+
+            # fits the window: 1280 px with the file browser open, 800 px, 1920 px: every control and plot inside the notebook
+            page.locator('.widget-button', has_text='Tune').scroll_into_view_if_needed()
+            seen = {}
+            for width, name, sidebar in ((1280, '1280-filebrowser', True), (800, '800', False), (1920, '1920', False)):
+                f = _fits_at(page, tmp_path, width, name, sidebar)
+                seen[name] = (len(f['controls']), len(f['plots']), round(f['nb']['r'] - f['nb']['l']))
+            print('fits (controls, plots, notebook px):', seen)
             print(f"screenshots in {tmp_path}")
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
             try: _shot(page, tmp_path, 'playground-failure.png')
+            except Exception: pass
+            raise
+        finally:
+            browser.close()
+
+
+RERUN = 'run this cell again'
+
+
+def test_explorer_survives_reload(lab, tmp_path):
+    "Reload the page: the displayed explorer redraws from its models; restart the kernel and reload: one line says what to re-run."
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page, errors = _open(browser, lab, 'reload.ipynb')
+            _run_all(page)
+            page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
+            _wait(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+            hint = page.locator('.chimera-rerun')
+            assert hint.count() == 1 and not hint.is_visible()          # the live explorer hides its re-run line
+            page.keyboard.press('Control+s')                              # outputs saved: a reload shows them again
+            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+
+            page.reload()                                                 # 1. reload, kernel alive: drawn from the models
+            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+            t = time.time()
+            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 60)
+            _wait(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
+            reload_s = time.time() - t
+            text = page.locator('.jp-OutputArea').first.inner_text()
+            assert 'drawing in the browser' not in text and 'Failed to initialize' not in text, text[-500:]
+            assert not page.locator('.chimera-rerun').is_visible()
+            _shot(page, tmp_path, 'reload-1-redrawn.png', full=False)
+
+            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
+            page.locator('.jp-Dialog button', has_text='Restart').click()
+            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+            page.reload()
+            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+            line = page.locator('.chimera-rerun')
+            line.wait_for(state='visible', timeout=60_000)                 # says what to re-run, in one line
+            assert RERUN in line.inner_text() and line.bounding_box()['height'] < 40, line.inner_text()
+            assert page.locator('.chimera-explorer .js-plotly-plot').count() == 0
+            _shot(page, tmp_path, 'reload-2-after-restart.png', full=False)
+            _run_all(page)                                                 # re-running draws it again, and hides the line
+            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 120)
+            _wait(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
+            print(f"reload to a timed redraw: {reload_s:.1f} s; screenshots in {tmp_path}")
+            assert not [e for e in errors if 'Failed to initialize' in e], errors
+        except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
+            try: _shot(page, tmp_path, 'reload-failure.png')
             except Exception: pass
             raise
         finally:
