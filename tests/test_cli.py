@@ -46,7 +46,7 @@ def test_plot_html(tmp_path):
     r = run('plot', 'chimera', '-D', 4, '-N', 8, '--memory', '--theme', 'dark', '--out', out)
     assert f"wrote {out}" in r.stdout
     page = out.read_text()
-    assert page.count('class="plotly-graph-div"') == 2 and re.search(r'F0(<br>|\\u003cbr\\u003e)s0', page)
+    assert page.count('class="plotly-graph-div"') == 2 and re.search(r'F0\.(<br>|\\u003cbr\\u003e)d0', page)
     assert '"paper_bgcolor":"rgb(17,17,17)"' in page.replace(' ', '')
     r = run('plot', 'chimera', '--out', tmp_path / 'x.gif', ok=False)
     assert r.returncode == 2 and '.html, .png, .svg or .pdf' in r.stderr
