@@ -17,6 +17,7 @@ from torch import nn
 from .runtime import call_stage, flatten, layer_seed, seeded
 from .schedules import Schedule
 from .simulate import simulate, Costs
+from .spec import check_number
 from fastcore.basics import patch
 
 # %% ../nbs/03_partition.ipynb #s2030001
@@ -68,7 +69,7 @@ def balance(costs:Sequence[float], # cost of each layer (>= 0)
            ) -> list:
     "Boundaries [0, b1, ..., len(costs)] of the contiguous split into `parts` stages with the smallest largest stage."
     n = len(costs)
-    if not isinstance(parts, int) or parts < 1: raise ValueError(f"the number of stages must be a positive integer, got {parts!r}")
+    parts = check_number('the number of stages', parts, int, lo=1)
     if parts > n: raise ValueError(f"{parts} stages need at least {parts} layers, the model has {n}: use fewer stages, or split layers")
     if any((not math.isfinite(c)) or c < 0 for c in costs): raise ValueError(f"layer costs must be finite and >= 0, got {list(costs)}")
     lo, hi = max(costs), sum(costs)

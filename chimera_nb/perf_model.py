@@ -158,12 +158,10 @@ class Profile:
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
-        if not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
+        self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1)
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
-        if not (isinstance(self.memory_bytes, numbers.Real) and (self.memory_bytes == math.inf or math.isfinite(self.memory_bytes)) and self.memory_bytes > 0):
-            raise ValueError(f"memory_bytes must be a positive number of bytes (inf: no limit), got {self.memory_bytes!r}")
+        check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
 
 # %% ../nbs/08_perf_model.ipynb #1711825b
@@ -251,7 +249,7 @@ def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
 @patch
 def boundaries(self:Profile, stages:int) -> list:
     "The time-balanced split into `stages` contiguous stages (partition.balance)."
-    if not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    check_number('stages', stages, int, lo=1)
     if stages > len(self.layers):
         raise ValueError(f"{stages} stages need at least {stages} layers; {self.model} has {len(self.layers)}: use fewer stages")
     return balance([l.forward_s + l.backward_s for l in self.layers], stages)
@@ -526,7 +524,7 @@ def allreduce_time(replicas:int, # r
                    beta:float, # s per byte
                   ) -> float:
     "Rabenseifner's all-reduce: 2·log2(r)·α + 2·(r−1)/r·β·L (0 for one replica)."
-    if not isinstance(replicas, int) or replicas < 1: raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+    check_number('replicas', replicas, int, lo=1)
     if replicas == 1: return 0.0
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 
@@ -593,7 +591,7 @@ def label(s:Schedule) -> str:
 def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
     if not isinstance(s, Schedule): raise TypeError(f"expected a Schedule, got {type(s).__name__}")
     if not isinstance(profile, Profile): raise TypeError(f"expected a Profile, got {type(profile).__name__}")
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1: raise ValueError(f"the data-parallel width W must be a positive integer, got {dp!r}")
+    check_number('the data-parallel width W', dp, int, lo=1)
     if s.num_stages > len(profile.layers):
         raise ValueError(f"{label(s)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
                          f"{len(profile.layers)} layers: use fewer stages")

@@ -402,9 +402,7 @@ def closed_form(name:str, # schedule name
                 costs:Costs|None=None, # F, B, W for the forms that depend on them (uniform stages)
                 chunks:int=2, pipes:int=2, concat:str='direct', **_) -> dict:
     "The published bubble ratio, makespan, weight copies and activation range of schedule `name`, with the assumption they need."
-    D, N, c = stages, microbatches, costs or Costs()
-    if not isinstance(D, int) or not isinstance(N, int) or D < 1 or N < 1:
-        raise ValueError(f"closed forms need positive integer D and N, got D={D!r}, N={N!r}")
+    D, N, c = check_number('closed form: D', stages, int, lo=1), check_number('closed form: N', microbatches, int, lo=1), costs or Costs()
     F = c.forward if isinstance(c.forward, float) else None
     Bf = (c.backward + c.weight) if isinstance(c.backward, float) and isinstance(c.weight, float) else None
     forms = _forms(D, N, c, F, Bf, chunks, pipes // 2, concat)
