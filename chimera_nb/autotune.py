@@ -308,6 +308,7 @@ def autotune(gpus:int, # P
     limit = _limit(memory_limit, prof_at)
     first = next(iter(profile.values())) if isinstance(profile, dict) else profile
     base = spec or base_spec(first, model, hardware, sync)
+    import pandas as pd   # before the clock starts: its first import is not the search's time
     t0 = time.perf_counter()
     with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
         todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
