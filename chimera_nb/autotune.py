@@ -15,18 +15,20 @@ from dataclasses import dataclass, field
 from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, validate, Schedule, gc_paused
 from .program import SYNC_POLICIES
-from .spec import PipelineSpec, SpecError, PRESETS, DTYPES
+from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
 from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_async, ASYNC_SCHEMES, predict_spec
+from fastcore.basics import patch
 
 # %% ../nbs/09_autotune.ipynb #0677f57d
 def _pos_int(v, what:str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral): raise TypeError(f"{what} must be an integer, got {type(v).__name__} {v!r}")
-    if v < 1: raise ValueError(f"{what} must be a positive integer, got {v}")
-    return int(v)
+    "`v` if it is an integer >= 1 (bool refused)."
+    return check_number(what, v, int, lo=1)
 
 def _ints(v, what:str) -> list:
+    "One positive integer or several, sorted without repeats."
     return sorted({_pos_int(x, what) for x in ([v] if isinstance(v, numbers.Integral) else v)})
 
+# %% ../nbs/09_autotune.ipynb #s2090002
 def _variants(name:str, D:int, concat:str|None=None) -> list:
     "The generator options of schedule `name` searched at depth D (Chimera: only concatenation `concat` if given)."
     if name == 'chimera':
@@ -35,6 +37,7 @@ def _variants(name:str, D:int, concat:str|None=None) -> list:
     if name == 'interleaved-1f1b': return [dict(chunks=2), dict(chunks=4)]
     return [{}]
 
+# %% ../nbs/09_autotune.ipynb #s2090004
 def _depths(P:int, depths) -> list:
     "D dividing P: the ones asked for, or every divisor from 2 (a pipeline) up; D = 1 only on one GPU or when asked."
     divisors = [d for d in range(1, P + 1) if P % d == 0]
@@ -68,6 +71,7 @@ def _splits(P:int, Gs:list, Bs:list, Ds:list):
             W = P // D
             yield from ((W, D, B, G // (W * B)) for B in Bs if G % (W * B) == 0)
 
+# %% ../nbs/09_autotune.ipynb #s2090007
 def candidates(gpus:int, # P
                global_batch:int|Sequence[int], # G (or several)
                schedules:Sequence[str]=tuple(SCHEDULES),
@@ -111,17 +115,21 @@ class Tuning:
         "The ranked specs, best first (the asynchronous baselines have none)."
         return [c for c in self.ranking['spec'] if c is not None]
 
-    def _repr_html_(self):
-        "The ten best, then the rejected configurations with their reasons, collapsed (a click opens them)."
-        cols = [c for c in self.ranking.columns if c not in ('spec', 'key', 'method', 'warning')]
-        rej = self.rejected.drop(columns='spec').to_html(index=False)
-        return (f"<p>{html.escape(repr(self))}</p>" + self.ranking[cols].head(10).round(4).to_html() +
-                f"<details><summary>{len(self.rejected)} rejected configurations, with their reasons</summary>{rej}</details>")
+# %% ../nbs/09_autotune.ipynb #s2090011
+@patch
+def __repr__(self:Tuning):
+    head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
+    b = self.best
+    return head + (f"; best: {label(b.make())} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
 
-    def __repr__(self):
-        head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
-        b = self.best
-        return head + (f"; best: {label(b.make())} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
+# %% ../nbs/09_autotune.ipynb #s2090013
+@patch
+def _repr_html_(self:Tuning):
+    "The ten best, then the rejected configurations with their reasons, collapsed (a click opens them)."
+    cols = [c for c in self.ranking.columns if c not in ('spec', 'key', 'method', 'warning')]
+    rej = self.rejected.drop(columns='spec').to_html(index=False)
+    return (f"<p>{html.escape(repr(self))}</p>" + self.ranking[cols].head(10).round(4).to_html() +
+            f"<details><summary>{len(self.rejected)} rejected configurations, with their reasons</summary>{rej}</details>")
 
 # %% ../nbs/09_autotune.ipynb #82830e0a
 def _profiles(profile, model, hardware):
@@ -145,6 +153,7 @@ def _estimate(model, hardware, B) -> Profile:
     if key not in _EST: _EST[key] = estimate_profile(model, hardware, B)
     return _EST[key]
 
+# %% ../nbs/09_autotune.ipynb #s2090017
 def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Prediction:
     "predict(), cached per (profile, spec): searching again with another limit costs nothing."
     key = (id(prof), c, method, optimizer)
@@ -155,12 +164,12 @@ def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Predict
     _PRED[key] = (prof, p)
     return p
 
+# %% ../nbs/09_autotune.ipynb #s2090019
 def _limit(memory_limit, prof_at) -> float:
-    if memory_limit is None: return None
-    if isinstance(memory_limit, bool) or not isinstance(memory_limit, numbers.Real) or not memory_limit > 0 or math.isnan(memory_limit):
-        raise ValueError(f"memory_limit must be a positive number of bytes per GPU, got {memory_limit!r}")
-    return float(memory_limit)
+    "The memory limit in bytes per GPU (None: each profile's device memory); infinite is no limit."
+    return check_number('memory_limit', memory_limit, float, lo=0, open_lo=True, finite=False, none=True)
 
+# %% ../nbs/09_autotune.ipynb #s2090021
 def _row(c:PipelineSpec|None, p:Prediction) -> dict:
     "A ranking row (`c` None: an asynchronous baseline, which has no spec)."
     return dict(label=p.label, schedule=c.schedule if c else p.label, W=p.W, D=p.D, B=p.B, N=c.N if c else p.N, recompute=p.recompute,
@@ -194,49 +203,24 @@ def base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, sync
     return PipelineSpec(model=m, dtype=dtype if dtype in DTYPES else 'float32', seq_len=seq, sync=sync,
                         hardware=hw if hw in HARDWARE else None)
 
-# %% ../nbs/09_autotune.ipynb #b1ce8348
-def autotune(gpus:int, # P
-             global_batch:int|Sequence[int], # G, or several
-             profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
-             memory_limit:float|None=None, # bytes per GPU (default: the profile's device memory)
-             model:str|None=None, hardware:Hardware|None=None, # estimate when no profile is given
-             schedules:Sequence[str]=tuple(SCHEDULES), micro_batch_sizes:Sequence[int]|None=None,
-             depths:Sequence[int]|None=None, # D to search (default: every divisor of P from 2)
-             recompute:Sequence[bool]=(False, True), sync:str='auto',
-             optimizer:str='adamw', method:str='simulate', # 'simulate' (the lowered program) or 'analytic' (Eq. 1) for every candidate
-             refine:int=0, # with method='analytic': re-predict the best `refine` with the simulator
-             spec:PipelineSpec|None=None, # a base spec: its model, dtype, seq_len, sync and hardware (instead of model= / hardware=)
-             search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
-             search_time:float=5.0, # seconds per searched configuration
-             progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
-            ) -> Tuning:
-    "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
-    if spec is not None:
-        model = model or spec.model
-        hardware = hardware or (HARDWARE.get(spec.hardware) if spec.hardware else None)
-    prof_at = _profiles(profile, model, hardware)
-    limit = _limit(memory_limit, prof_at)
-    first = next(iter(profile.values())) if isinstance(profile, dict) else profile
-    base = spec or base_spec(first, model, hardware, sync)
-    import pandas as pd
-    t0, ok, bad = time.perf_counter(), [], []
-    with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
-        from tqdm.auto import tqdm
-        todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
-        for c, why in tqdm(todo, desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
-            p, why = _evaluate(c, prof_at, limit, optimizer, method) if why is None else (None, why)
-            if why is None: ok.append(_row(c, p))
-            else: bad.append(_rejected(c, p, why))
-        asyn = _async_rows(gpus, global_batch, schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)
-        ok, bad = ok + asyn[0], bad + asyn[1]
-    if refine and ok:
-        ok.sort(key=lambda r: -r['throughput'])
-        ok[:refine] = [_row(r['spec'], predict(prof_at(r['spec'].B), r['spec'].make(), r['spec'].W, resolve_sync(r['spec'].sync, prof_at(r['spec'].B)),
-                                               'simulate', optimizer)) for r in ok[:refine]]
-    if search and ok:
-        ok.sort(key=lambda r: -r['throughput'])
-        ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
-    return _tuning(ok, bad, time.perf_counter() - t0)
+# %% ../nbs/09_autotune.ipynb #s2090030
+def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:bool=True) -> tuple:
+    "(ranking rows, rejected rows) of the candidates `todo`: (spec, None) or (fields, reason) pairs."
+    from tqdm.auto import tqdm
+    ok, bad = [], []
+    for c, why in tqdm(todo, desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
+        p, why = _evaluate(c, prof_at, limit, optimizer, method) if why is None else (None, why)
+        if why is None: ok.append(_row(c, p))
+        else: bad.append(_rejected(c, p, why))
+    return ok, bad
+
+# %% ../nbs/09_autotune.ipynb #s2090032
+def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
+    "The rows best first, the first `n` re-predicted by the simulator."
+    ok.sort(key=lambda r: -r['throughput'])
+    ok[:n] = [_row(c, predict(prof_at(c.B), c.make(), c.W, resolve_sync(c.sync, prof_at(c.B)), 'simulate', optimizer))
+              for c in (r['spec'] for r in ok[:n])]
+    return ok
 
 # %% ../nbs/09_autotune.ipynb #867a99e9
 def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float) -> dict|None:
@@ -269,6 +253,7 @@ def _rejected(c, p, why) -> dict:
     return dict(label=p.label if p else f['schedule'], W=f['W'], D=f['D'], B=f['B'], N=f['N'], recompute=f['recompute'], reason=why,
                 spec=c if isinstance(c, PipelineSpec) else None)
 
+# %% ../nbs/09_autotune.ipynb #s2090035
 def _tuning(ok, bad, seconds) -> Tuning:
     import pandas as pd
     cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB',
@@ -299,6 +284,43 @@ def _async_rows(P, Gs, names, Bs, Ds, recompute, prof_at, limit, optimizer) -> t
         else: bad.append(dict(label=name, W=W, D=D, B=B, N=N, recompute=rc, reason=why, spec=None))
     return ok, bad
 
+# %% ../nbs/09_autotune.ipynb #b1ce8348
+def autotune(gpus:int, # P
+             global_batch:int|Sequence[int], # G, or several
+             profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
+             memory_limit:float|None=None, # bytes per GPU (default: the profile's device memory)
+             model:str|None=None, hardware:Hardware|None=None, # estimate when no profile is given
+             schedules:Sequence[str]=tuple(SCHEDULES), micro_batch_sizes:Sequence[int]|None=None,
+             depths:Sequence[int]|None=None, # D to search (default: every divisor of P from 2)
+             recompute:Sequence[bool]=(False, True), sync:str='auto',
+             optimizer:str='adamw', method:str='simulate', # 'simulate' (the lowered program) or 'analytic' (Eq. 1) for every candidate
+             refine:int=0, # with method='analytic': re-predict the best `refine` with the simulator
+             spec:PipelineSpec|None=None, # a base spec: its model, dtype, seq_len, sync and hardware (instead of model= / hardware=)
+             search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
+             search_time:float=5.0, # seconds per searched configuration
+             progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
+            ) -> Tuning:
+    "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
+    if spec is not None:
+        model = model or spec.model
+        hardware = hardware or (HARDWARE.get(spec.hardware) if spec.hardware else None)
+    prof_at = _profiles(profile, model, hardware)
+    limit = _limit(memory_limit, prof_at)
+    first = next(iter(profile.values())) if isinstance(profile, dict) else profile
+    base = spec or base_spec(first, model, hardware, sync)
+    import pandas as pd   # before the clock starts: its first import is not the search's time
+    t0 = time.perf_counter()
+    with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
+        todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
+        ok, bad = _rank_all(todo, prof_at, limit, optimizer, method, progress)
+        asyn = _async_rows(gpus, global_batch, schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)
+        ok, bad = ok + asyn[0], bad + asyn[1]
+    if refine and ok: ok = _refine(ok, refine, prof_at, optimizer)
+    if search and ok:
+        ok.sort(key=lambda r: -r['throughput'])
+        ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
+    return _tuning(ok, bad, time.perf_counter() - t0)
+
 # %% ../nbs/09_autotune.ipynb #0146e072
 PAPER_SCHEMES = {'PipeDream': lambda r: r.schedule == 'pipedream', 'PipeDream-2BW': lambda r: r.schedule == 'pipedream-2bw',
                  'GPipe': lambda r: r.schedule == 'gpipe', 'DAPPLE': lambda r: r.schedule == '1f1b',
@@ -323,6 +345,18 @@ def best_per_scheme(tu:Tuning, # an `autotune` result
     ref = df.loc[df.scheme == reference, 'throughput'].dropna()
     df[f'{reference} speed-up'] = (ref.iloc[0] / df.throughput) if len(ref) else float('nan')
     return df
+
+# %% ../nbs/09_autotune.ipynb #b7d20007
+_BERT32, _BERT64 = ('bert-48', 32, 512, (4, 8, 16, 32), (2, 4, 8, 16)), ('bert-48', 64, 1024, (4, 8, 16, 32), (2, 4, 8, 16))
+_GPT512, _GPT2048 = ('gpt2-64', 512, 512, (1, 2, 4), (4, 8, 16, 32)), ('gpt2-64', 2048, 2048, (1, 2, 4), (4, 8, 16, 32))
+_MEMORY = ("memory: our estimate fits configurations the paper's runs did not choose (out of memory on 16 GB, we take it), though its activations "
+           "are the authors' own measured 11.0 MiB per sample and layer within 5%: what else their runtime kept is not in the paper")
+_SPEEDUP = {'PipeDream': 'no flush and no bubbles: without the memory pressure that forced PipeDream to recompute or shrink B, it runs at full speed here',
+            'PipeDream-2BW': 'bubble-free; the paper\'s 2BW needs recomputation at its best B, our memory estimate does not',
+            'GPipe': 'GPipe = DAPPLE in time here (same critical path); the paper measures GPipe slower (its N micro-batches of activations)',
+            'GEMS': 'GEMS keeps one micro-batch per direction in flight, so its best runs use large B at small D; our memory estimate admits '
+                    'shallower pipelines than the paper ran (D = 4 for Bert-48), where its bubbles cost less',
+            'DAPPLE': 'gloo all-reduce over Aries assumed at 8 GB/s and overlapped: the baselines\' larger all-reduces cost them too little'}
 
 # %% ../nbs/09_autotune.ipynb #b7d20002
 PAPER_ALL = ('gpipe', 'dapple', 'gems', 'chimera', 'pipedream', 'pipedream-2bw')
@@ -390,18 +424,6 @@ def _pipes_claim(D:int, four_wins:bool) -> tuple:
     t = {p: _throughput(PipelineSpec(model='gpt2-32', hardware='p100-daint', schedule='chimera', pipes=p, W=64 // D, D=D, B=1, N=D))
          for p in (2, 4)}
     return f"4 pipes {t[4] / t[2]:.3g}x 2 pipes", (t[4] > t[2]) == four_wins
-
-# %% ../nbs/09_autotune.ipynb #b7d20007
-_BERT32, _BERT64 = ('bert-48', 32, 512, (4, 8, 16, 32), (2, 4, 8, 16)), ('bert-48', 64, 1024, (4, 8, 16, 32), (2, 4, 8, 16))
-_GPT512, _GPT2048 = ('gpt2-64', 512, 512, (1, 2, 4), (4, 8, 16, 32)), ('gpt2-64', 2048, 2048, (1, 2, 4), (4, 8, 16, 32))
-_MEMORY = ("memory: our estimate fits configurations the paper's runs did not choose (out of memory on 16 GB, we take it), though its activations "
-           "are the authors' own measured 11.0 MiB per sample and layer within 5%: what else their runtime kept is not in the paper")
-_SPEEDUP = {'PipeDream': 'no flush and no bubbles: without the memory pressure that forced PipeDream to recompute or shrink B, it runs at full speed here',
-            'PipeDream-2BW': 'bubble-free; the paper\'s 2BW needs recomputation at its best B, our memory estimate does not',
-            'GPipe': 'GPipe = DAPPLE in time here (same critical path); the paper measures GPipe slower (its N micro-batches of activations)',
-            'GEMS': 'GEMS keeps one micro-batch per direction in flight, so its best runs use large B at small D; our memory estimate admits '
-                    'shallower pipelines than the paper ran (D = 4 for Bert-48), where its bubbles cost less',
-            'DAPPLE': 'gloo all-reduce over Aries assumed at 8 GB/s and overlapped: the baselines\' larger all-reduces cost them too little'}
 
 # %% ../nbs/09_autotune.ipynb #b7d20008
 def _claims() -> list:

@@ -17,6 +17,14 @@ from torch import nn
 from .runtime import call_stage, flatten, layer_seed, seeded
 from .schedules import Schedule
 from .simulate import simulate, Costs
+from .spec import check_number
+from fastcore.basics import patch
+
+# %% ../nbs/03_partition.ipynb #s2030001
+def _device_of(x):
+    "The device of a payload's first tensor (None: no tensor)."
+    leaves = flatten(x)[0]
+    return leaves[0].device if leaves else None
 
 # %% ../nbs/03_partition.ipynb #2d693fd0
 class Stage(nn.Module):
@@ -34,10 +42,6 @@ class Stage(nn.Module):
                 with seeded(seed, device=_device_of(x)): x = call_stage(layer, x)
         return x
 
-def _device_of(x):
-    leaves = flatten(x)[0]
-    return leaves[0].device if leaves else None
-
 # %% ../nbs/03_partition.ipynb #5663b010
 def _fits(costs, parts, cap) -> bool:
     "Whether `costs` split into at most `parts` contiguous runs of sum <= cap."
@@ -48,12 +52,24 @@ def _fits(costs, parts, cap) -> bool:
         else: s += c
     return n <= parts
 
+# %% ../nbs/03_partition.ipynb #s2030005
+def _cuts(costs, parts:int, cap:float) -> list:
+    "Boundaries [0, b1, ..., n] of a greedy split of `costs` into `parts` runs of sum <= cap (up to rounding)."
+    cuts, run, n = [0], 0.0, len(costs)
+    for i, c in enumerate(costs):
+        # cut before layer i when the run would pass the cap, or when every layer left must open a stage of its own
+        if i > cuts[-1] and (run + c > cap * (1 + 1e-12) or n - i == parts - len(cuts)):
+            cuts.append(i); run = 0.0
+        run += c
+    return cuts + [n]
+
+# %% ../nbs/03_partition.ipynb #s2030007
 def balance(costs:Sequence[float], # cost of each layer (>= 0)
             parts:int, # number of stages D
            ) -> list:
     "Boundaries [0, b1, ..., len(costs)] of the contiguous split into `parts` stages with the smallest largest stage."
     n = len(costs)
-    if not isinstance(parts, int) or parts < 1: raise ValueError(f"the number of stages must be a positive integer, got {parts!r}")
+    parts = check_number('the number of stages', parts, int, lo=1)
     if parts > n: raise ValueError(f"{parts} stages need at least {parts} layers, the model has {n}: use fewer stages, or split layers")
     if any((not math.isfinite(c)) or c < 0 for c in costs): raise ValueError(f"layer costs must be finite and >= 0, got {list(costs)}")
     lo, hi = max(costs), sum(costs)
@@ -62,13 +78,7 @@ def balance(costs:Sequence[float], # cost of each layer (>= 0)
         mid = (lo + hi) / 2
         if _fits(costs, parts, mid): hi = mid
         else: lo = mid
-    cuts, run = [0], 0.0
-    for i, c in enumerate(costs):
-        # cut before layer i when the run would pass the cap, or when every layer left must open a stage of its own
-        if i > cuts[-1] and (run + c > hi * (1 + 1e-12) or n - i == parts - len(cuts)):
-            cuts.append(i); run = 0.0
-        run += c
-    return cuts + [n]
+    return _cuts(costs, parts, hi)
 
 # %% ../nbs/03_partition.ipynb #2f58942b
 class LayerProfile(NamedTuple):
@@ -83,7 +93,9 @@ class LayerProfile(NamedTuple):
     out_bytes: int       # its output payload (the message to the next stage)
     peak_bytes: int = 0  # growth of memory during one forward + backward (saved activations, gradients, temporaries)
 
+# %% ../nbs/03_partition.ipynb #s2030009
 def _nbytes(x) -> int:
+    "Bytes of a payload's tensors."
     return sum(t.numel() * t.element_size() for t in flatten(x)[0])
 
 def _saved_bytes(fn, params) -> tuple:
@@ -103,6 +115,7 @@ def _rss(key:str) -> int:
         with open('/proc/self/status') as f: return next(int(l.split()[1]) * 1024 for l in f if l.startswith(key))
     except (OSError, StopIteration): return 0
 
+# %% ../nbs/03_partition.ipynb #s2030012
 def _peak_growth(fn, device) -> int:
     "How much memory grows at its peak while `fn()` runs: the CUDA allocator's peak, or the process's (Linux)."
     if torch.device(device).type == 'cuda':
@@ -115,6 +128,7 @@ def _peak_growth(fn, device) -> int:
     before = _rss('VmRSS:'); fn()
     return max(0, _rss('VmHWM:') - before)
 
+# %% ../nbs/03_partition.ipynb #s2030014
 def _detached(x):
     "The payload as fresh leaves: floating tensors take gradients (as a stage's received input does)."
     leaves, spec = flatten(x)
@@ -122,9 +136,37 @@ def _detached(x):
     return unflatten([l.detach().requires_grad_(l.is_floating_point()) for l in leaves], spec)
 
 def _with_loss(layer, x, loss_fn, target) -> tuple:
+    "(the layer's output, the loss on it or None)."
     y = call_stage(layer, x)
     return y, (loss_fn(y, target) if loss_fn is not None else None)
 
+# %% ../nbs/03_partition.ipynb #s2030016
+def _timed_runs(layer, xin, loss_fn, target, repeats:int, params) -> tuple:
+    "(median forward s, median backward s, output, saved bytes) of `repeats` forward + backward runs of `layer` on `xin`."
+    fw, bw = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()  # the last layer's forward includes its loss (the runtime's does too: it keeps the logits)
+        (y, loss), saved = _saved_bytes(lambda: _with_loss(layer, xin, loss_fn, target), params)
+        fw.append(time.perf_counter() - t)
+        outs = [loss] if loss is not None else [o for o in flatten(y)[0] if o.requires_grad]
+        t = time.perf_counter()
+        if outs: torch.autograd.backward(outs, None if loss is not None else [torch.ones_like(o) for o in outs])
+        bw.append(time.perf_counter() - t)
+        layer.zero_grad(set_to_none=True)
+    return sorted(fw)[len(fw) // 2], sorted(bw)[len(bw) // 2], y, saved
+
+# %% ../nbs/03_partition.ipynb #s2030018
+def _step_peak(layer, xin, loss_fn, target, device) -> int:
+    "Peak memory growth of one forward + backward of `layer` on `xin` (its gradients dropped after)."
+    def step():
+        y_, l_ = _with_loss(layer, xin, loss_fn, target)
+        o = [l_] if l_ is not None else [t for t in flatten(y_)[0] if t.requires_grad]
+        if o: torch.autograd.backward(o, None if l_ is not None else [torch.ones_like(t) for t in o])
+    peak = _peak_growth(step, device)
+    layer.zero_grad(set_to_none=True)
+    return peak
+
+# %% ../nbs/03_partition.ipynb #s2030020
 def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in order
                    sample, # the first layer's input payload for one micro-batch
                    loss_fn=None, # loss_fn(output, target) for the last layer (else the backward starts from ones)
@@ -138,26 +180,12 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
     for i, layer in enumerate(tqdm(layers, desc='profiling', unit='layer', delay=1.0, leave=False, disable=not progress)):
         params = [p for p in layer.parameters() if p.requires_grad]
         xin = _detached(x) if i > 0 else x
-        fw, bw = [], []
-        last = i == len(layers) - 1 and loss_fn is not None
-        for _ in range(repeats):
-            t = time.perf_counter()  # the last layer's forward includes its loss (the runtime's does too: it keeps the logits)
-            (y, loss), saved = _saved_bytes(lambda: _with_loss(layer, xin, loss_fn if last else None, target), params)
-            fw.append(time.perf_counter() - t)
-            outs = [loss] if loss is not None else [o for o in flatten(y)[0] if o.requires_grad]
-            t = time.perf_counter()
-            if outs: torch.autograd.backward(outs, None if loss is not None else [torch.ones_like(o) for o in outs])
-            bw.append(time.perf_counter() - t)
-            layer.zero_grad(set_to_none=True)
-        def step():
-            y_, l_ = _with_loss(layer, xin, loss_fn if last else None, target)
-            o = [l_] if l_ is not None else [t for t in flatten(y_)[0] if t.requires_grad]
-            if o: torch.autograd.backward(o, None if l_ is not None else [torch.ones_like(t) for t in o])
-        peak = _peak_growth(step, flatten(y)[0][0].device)
-        layer.zero_grad(set_to_none=True)
+        lf = loss_fn if i == len(layers) - 1 else None   # the last layer's forward includes its loss
+        fw, bw, y, saved = _timed_runs(layer, xin, lf, target, repeats, params)
+        peak = _step_peak(layer, xin, lf, target, flatten(y)[0][0].device)
         name = type(layer).__name__ + (f"[{len(layer.layers)}]" if isinstance(layer, Stage) else '')
         out.append(LayerProfile(name, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params),
-                                sorted(fw)[len(fw) // 2], sorted(bw)[len(bw) // 2], saved, _nbytes(xin), _nbytes(y), peak))
+                                fw, bw, saved, _nbytes(xin), _nbytes(y), peak))
         x = y
     return out
 
@@ -174,19 +202,37 @@ class Partition:
     def stage_costs(self) -> list:
         return [sum(self.layer_costs[a:b]) for a, b in zip(self.boundaries, self.boundaries[1:])]
 
-    @property
-    def imbalance(self) -> float:
-        "Largest stage cost over the mean (1.0: perfectly balanced)."
-        c = self.stage_costs
-        return max(c) / (sum(c) / len(c)) if sum(c) > 0 else 1.0
+# %% ../nbs/03_partition.ipynb #s2030022
+@patch(as_prop=True)
+def imbalance(self:Partition) -> float:
+    "Largest stage cost over the mean (1.0: perfectly balanced)."
+    c = self.stage_costs
+    return max(c) / (sum(c) / len(c)) if sum(c) > 0 else 1.0
 
-    def __repr__(self):
-        return (f"Partition({len(self.stages)} stages by {self.by}, boundaries={self.boundaries}, "
-                f"imbalance={self.imbalance:.3f})")
+@patch
+def __repr__(self:Partition):
+    return (f"Partition({len(self.stages)} stages by {self.by}, boundaries={self.boundaries}, "
+            f"imbalance={self.imbalance:.3f})")
 
 # %% ../nbs/03_partition.ipynb #0fc81d58
 PARTITION_BY = ('params', 'time', 'memory')
 
+def _at_boundaries(layers:list, stages:int, b) -> Partition:
+    "The partition at explicit boundaries [0, b1, ..., len(layers)], checked."
+    b = list(b)
+    if len(b) != stages + 1 or b[0] != 0 or b[-1] != len(layers) or any(x >= y for x, y in zip(b, b[1:])):
+        raise ValueError(f"boundaries must be {stages + 1} increasing numbers from 0 to {len(layers)}, got {b}")
+    return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, 'boundaries', [1.0] * len(layers))
+
+# %% ../nbs/03_partition.ipynb #s2030025
+def _layer_costs(layers:list, by:str, sample, loss_fn, target) -> list:
+    "Each layer's cost to balance on: its parameters, or its profiled time (forward + backward) or memory (weights, grads, saved)."
+    if by == 'params': return [float(sum(p.numel() for p in l.parameters())) for l in layers]
+    if sample is None: raise ValueError(f"partition by {by} measures the layers: give sample= (one micro-batch's input)")
+    prof = profile_layers(layers, sample, loss_fn, target)
+    return [p.forward_s + p.backward_s for p in prof] if by == 'time' else [2 * p.param_bytes + p.saved_bytes for p in prof]
+
+# %% ../nbs/03_partition.ipynb #s2030027
 def partition(layers:Sequence[nn.Module], # the model's layers, in order
               stages:int, # D: the number of stages
               by='params', # 'params', 'time', 'memory', or a list of D+1 boundaries [0, b1, ..., len(layers)]
@@ -195,24 +241,29 @@ def partition(layers:Sequence[nn.Module], # the model's layers, in order
     "Split `layers` into `stages` contiguous stages, balanced on `by`."
     layers = list(layers)
     if not layers or not all(isinstance(l, nn.Module) for l in layers): raise TypeError("layers must be a non-empty list of nn.Modules")
-    if not isinstance(by, str):
-        b = list(by)
-        if len(b) != stages + 1 or b[0] != 0 or b[-1] != len(layers) or any(x >= y for x, y in zip(b, b[1:])):
-            raise ValueError(f"boundaries must be {stages + 1} increasing numbers from 0 to {len(layers)}, got {b}")
-        return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, 'boundaries', [1.0] * len(layers))
+    if not isinstance(by, str): return _at_boundaries(layers, stages, by)
     if by not in PARTITION_BY: raise ValueError(f"by must be one of {PARTITION_BY} or a list of boundaries, got {by!r}")
-    if by == 'params': costs = [float(sum(p.numel() for p in l.parameters())) for l in layers]
-    else:
-        if sample is None: raise ValueError(f"partition by {by} measures the layers: give sample= (one micro-batch's input)")
-        prof = profile_layers(layers, sample, loss_fn, target)
-        costs = ([p.forward_s + p.backward_s for p in prof] if by == 'time' else
-                 [2 * p.param_bytes + p.saved_bytes for p in prof])
+    costs = _layer_costs(layers, by, sample, loss_fn, target)
     b = balance(costs, stages)
     return Partition([Stage(layers[x:y], x) for x, y in zip(b, b[1:])], b, by, costs)
 
 # %% ../nbs/03_partition.ipynb #95732443
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps
 
+def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lookahead:int) -> dict:
+    "The memory row of rank `r`: its stages' weights, grads, optimizer state, peak activations `acts`, workspace and messages."
+    mine, k, S = schedule.stages_of(r), schedule.microbatch_scale, schedule.num_stages
+    w = sum(P[s].param_bytes for s in mine)
+    sent = sum(P[a.stage].out_bytes if a.kind == 'F' else P[a.stage].in_bytes for a in schedule.actions(r)
+               if (a.kind == 'F' and a.stage < S - 1) or (a.kind == 'B' and a.stage > 0)) * k
+    incoming = [P[s].in_bytes for s in mine if s > 0] + [P[s].out_bytes for s in mine if s < S - 1]  # activations, gradients
+    recv = lookahead * max(incoming, default=0) * k
+    # one forward or backward at a time: the largest temporary memory beyond what it saves and its gradients
+    work = max(max(0, P[s].peak_bytes - P[s].saved_bytes - P[s].param_bytes) for s in mine) * k
+    return dict(rank=r, stages=mine, weights=w, grads=w, optimizer=OPTIMIZER_STATES[optimizer] * w,
+                activations=acts, workspace=work, messages=sent + recv)
+
+# %% ../nbs/03_partition.ipynb #s2030031
 def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro-batch size count)
                     stage_profiles:Sequence[LayerProfile], # one per stage: `profile_layers(stages, sample)` for one micro-batch
                     optimizer:str='adamw', # 'sgd', 'momentum', 'adam' or 'adamw'
@@ -228,21 +279,8 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
     P = list(stage_profiles)
     unit = lambda xs: [max(x, 1e-9) for x in xs]  # the order of events, with measured times (zero times are fine too)
     tl = timeline if timeline is not None else simulate(schedule, Costs(unit([p.forward_s for p in P]), unit([p.backward_s for p in P])))
-    k, rows = schedule.microbatch_scale, []
     peaks = tl.peak_memory([p.saved_bytes for p in P], [p.in_bytes for p in P])
-    for r in range(schedule.num_ranks):
-        mine = schedule.stages_of(r)
-        w = sum(P[s].param_bytes for s in mine)
-        acts = peaks[r]
-        S = schedule.num_stages
-        sent = sum(P[a.stage].out_bytes if a.kind == 'F' else P[a.stage].in_bytes for a in schedule.actions(r)
-                   if (a.kind == 'F' and a.stage < S - 1) or (a.kind == 'B' and a.stage > 0)) * k
-        incoming = [P[s].in_bytes for s in mine if s > 0] + [P[s].out_bytes for s in mine if s < S - 1]  # activations, gradients
-        recv = lookahead * max(incoming, default=0) * k
-        # one forward or backward at a time: the largest temporary memory beyond what it saves and its gradients
-        work = max(max(0, P[s].peak_bytes - P[s].saved_bytes - P[s].param_bytes) for s in mine) * k
-        rows.append(dict(rank=r, stages=mine, weights=w, grads=w, optimizer=OPTIMIZER_STATES[optimizer] * w,
-                         activations=acts, workspace=work, messages=sent + recv))
+    rows = [_rank_memory(schedule, P, r, peaks[r], optimizer, lookahead) for r in range(schedule.num_ranks)]
     if not as_frame:
         for r in rows: r['total'] = sum(r[k] for k in ('weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages'))
         return rows

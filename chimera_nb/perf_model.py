@@ -64,6 +64,10 @@ HARDWARE = {
         source='NVIDIA V100 SXM2 data sheet (15.7 TFLOP/s fp32); efficiency, half_tokens and backward_ratio fitted to the Chimera '
                'authors\' V100 profile of a BERT-large layer (github.com/Shigangli/Chimera, prof/bert-large_time_memory_v100.csv)',
         backward_ratio=1.6),
+}
+
+# %% ../nbs/08_perf_model.ipynb #s2080004
+HARDWARE |= {
     'b200': Hardware('b200', 2.25e15, 180 * _GB, 8e-6, 900 * _GB, 10e-6, 1 / (50 * _GB), 0.40, 4096, 'bfloat16',
         assumed='efficiency 40%, half_tokens; pipeline neighbours on one node (NVLink 5, 900 GB/s each way), all-reduce across '
                 'nodes over one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s); NCCL latencies 8-10 us',
@@ -110,6 +114,27 @@ def fit_efficiency(flops:Sequence[float], # FLOPs of each timed micro-batch
         if best is None or err < best[0]: best = (err, math.exp(le), float(h))
     return best[1], best[2]
 
+# %% ../nbs/08_perf_model.ipynb #s2080007
+def _checked_layers(model:str, layers:list) -> list:
+    "The layers as `LayerProfile`s, every cost finite and >= 0 (a NaN would make every prediction NaN), not all of zero time."
+    if not layers: raise ValueError("a profile needs at least one layer")
+    layers = [l if isinstance(l, LayerProfile) else LayerProfile(**l) for l in layers]
+    for l in layers:
+        for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes'):
+            check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
+    if not sum(l.forward_s + l.backward_s for l in layers) > 0:
+        raise ValueError(f"profile of {model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
+    return layers
+
+# %% ../nbs/08_perf_model.ipynb #s2080009
+def _checked_ties(ties:list, n:int) -> list:
+    "[(layer indices, bytes)] of tied copies, checked against a profile of `n` layers."
+    try: ties = [(tuple(int(i) for i in ls), check_number('tied bytes', b, float, lo=0)) for ls, b in ties]
+    except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {ties!r}") from e
+    bad = [i for ls, _ in ties for i in ls if not 0 <= i < n]
+    if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{n - 1}")
+    return ties
+
 # %% ../nbs/08_perf_model.ipynb #426fc6f8
 @dataclass
 class Profile:
@@ -132,23 +157,12 @@ class Profile:
     date: str = ''
 
     def __post_init__(self):
-        if not self.layers: raise ValueError("a profile needs at least one layer")
-        self.layers = [l if isinstance(l, LayerProfile) else LayerProfile(**l) for l in self.layers]
-        if not isinstance(self.micro_batch_size, int) or self.micro_batch_size < 1:
-            raise ValueError(f"micro_batch_size must be a positive integer, got {self.micro_batch_size!r}")
+        self.layers = _checked_layers(self.model, self.layers)
+        self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1)
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
-        for l in self.layers:   # finite and not negative: a NaN would make every prediction NaN
-            for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes'):
-                check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
-        if not sum(l.forward_s + l.backward_s for l in self.layers) > 0:
-            raise ValueError(f"profile of {self.model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
-        if not (isinstance(self.memory_bytes, numbers.Real) and (self.memory_bytes == math.inf or math.isfinite(self.memory_bytes)) and self.memory_bytes > 0):
-            raise ValueError(f"memory_bytes must be a positive number of bytes (inf: no limit), got {self.memory_bytes!r}")
-        try: self.ties = [(tuple(int(i) for i in ls), check_number('tied bytes', b, float, lo=0)) for ls, b in self.ties]
-        except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {self.ties!r}") from e
-        bad = [i for ls, _ in self.ties for i in ls if not 0 <= i < len(self.layers)]
-        if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{len(self.layers) - 1}")
+        check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
+        self.ties = _checked_ties(self.ties, len(self.layers))
 
 # %% ../nbs/08_perf_model.ipynb #1711825b
 import functools
@@ -173,6 +187,7 @@ def to_json(self:Profile) -> str:
     for k in ('p2p_bandwidth', 'memory_bytes'): d[k] = None if math.isinf(d[k]) else d[k]
     return json.dumps(d, indent=1)
 
+# %% ../nbs/08_perf_model.ipynb #s2080071
 @patch(cls_method=True)
 def from_json(cls:Profile, text:str) -> Profile:
     "A profile from `to_json`'s text."
@@ -184,6 +199,7 @@ def from_json(cls:Profile, text:str) -> Profile:
     if unknown: raise ValueError(f"not a profile: unknown keys {sorted(unknown)}")
     return cls(**d)
 
+# %% ../nbs/08_perf_model.ipynb #s2080014
 @patch
 def save(self:Profile, path) -> None:
     "Write the JSON to `path`."
@@ -195,6 +211,7 @@ def load(cls:Profile, path, model:str|None=None) -> Profile:
     with open(path) as f: p = cls.from_json(f.read())
     return p.check(model) if model is not None else p
 
+# %% ../nbs/08_perf_model.ipynb #s2080016
 @patch
 def check(self:Profile, model:str) -> Profile:
     "This profile if it is of `model`, else a ValueError saying how to get one."
@@ -228,14 +245,16 @@ def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
     return LayerProfile(f"{len(layers)} layers", sum(l.params for l in layers), pb, sum(l.forward_s for l in layers),
                         sum(l.backward_s for l in layers), saved, layers[0].in_bytes, layers[-1].out_bytes, saved + pb + work)
 
+# %% ../nbs/08_perf_model.ipynb #s2080020
 @patch
 def boundaries(self:Profile, stages:int) -> list:
     "The time-balanced split into `stages` contiguous stages (partition.balance)."
-    if not isinstance(stages, int) or stages < 1: raise ValueError(f"stages must be a positive integer, got {stages!r}")
+    check_number('stages', stages, int, lo=1)
     if stages > len(self.layers):
         raise ValueError(f"{stages} stages need at least {stages} layers; {self.model} has {len(self.layers)}: use fewer stages")
     return balance([l.forward_s + l.backward_s for l in self.layers], stages)
 
+# %% ../nbs/08_perf_model.ipynb #s2080022
 @patch
 def stage_profiles(self:Profile, stages:int) -> list:
     "One `LayerProfile` per stage of the time-balanced split."
@@ -245,6 +264,7 @@ def stage_profiles(self:Profile, stages:int) -> list:
         cache[stages] = [_stage_profile(self.layers[x:y]) for x, y in zip(b, b[1:])]
     return cache[stages]
 
+# %% ../nbs/08_perf_model.ipynb #s2080024
 @patch
 def stage_ties(self:Profile, stages:int) -> list:
     "The ties over the stages of the time-balanced split: [(stages holding a copy, bytes)]."
@@ -364,6 +384,7 @@ def _param_bytes(layer, name:str) -> int:
     except AttributeError as e: raise ValueError(f"tie names parameter {name!r}, which the layer does not have: {e}") from e
     return p.numel() * p.element_size()
 
+# %% ../nbs/08_perf_model.ipynb #s2080033
 def profile_layers_as(model:str, # the name the profile carries (checked by `Profile.check`)
                       layers:Sequence, # nn.Modules in order
                       sample, # the first layer's input for one micro-batch
@@ -503,7 +524,7 @@ def allreduce_time(replicas:int, # r
                    beta:float, # s per byte
                   ) -> float:
     "Rabenseifner's all-reduce: 2·log2(r)·α + 2·(r−1)/r·β·L (0 for one replica)."
-    if not isinstance(replicas, int) or replicas < 1: raise ValueError(f"replicas must be a positive integer, got {replicas!r}")
+    check_number('replicas', replicas, int, lo=1)
     if replicas == 1: return 0.0
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 
@@ -530,6 +551,7 @@ class Breakdown(NamedTuple):
     bubbles: float     # waiting for other stages
     allreduce: float   # gradient all-reduce beyond the last compute
 
+# %% ../nbs/08_perf_model.ipynb #s2080040
 @dataclass
 class Prediction:
     "Predicted iteration time, throughput, bubble ratio and memory of one configuration."
@@ -551,10 +573,12 @@ class Prediction:
     eq1_s: float = math.nan  # Eq. (1)'s iteration time, the paper's cross-check of the simulator
     warning: str = ''        # why the two disagree, when they do by more than 10%
 
-    def __repr__(self):
-        return (f"Prediction({self.label}, W={self.W} D={self.D} B={self.B} N={self.N}{' recompute' if self.recompute else ''}, "
-                f"{self.method}: {sig3(self.iteration_s * 1e3)} ms, {sig3(self.throughput)} samples/s, bubble {sig3(self.bubble_ratio)}, "
-                f"{sig3(self.memory_per_gpu / 2**30)} GiB{'; ' + self.warning if self.warning else ''})")
+# %% ../nbs/08_perf_model.ipynb #s2080042
+@patch
+def __repr__(self:Prediction):
+    return (f"Prediction({self.label}, W={self.W} D={self.D} B={self.B} N={self.N}{' recompute' if self.recompute else ''}, "
+            f"{self.method}: {sig3(self.iteration_s * 1e3)} ms, {sig3(self.throughput)} samples/s, bubble {sig3(self.bubble_ratio)}, "
+            f"{sig3(self.memory_per_gpu / 2**30)} GiB{'; ' + self.warning if self.warning else ''})")
 
 # %% ../nbs/08_perf_model.ipynb #631362f6
 def label(s:Schedule) -> str:
@@ -563,10 +587,11 @@ def label(s:Schedule) -> str:
     extra = (f" pipes={o['pipes']}" if o.get('pipes', 2) != 2 else '') + (f" {o['concat']}" if o.get('concat', 'direct') != 'direct' else '')
     return s.name + extra + (f" chunks={o['chunks']}" if 'chunks' in o else '')
 
+# %% ../nbs/08_perf_model.ipynb #s2080045
 def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
     if not isinstance(s, Schedule): raise TypeError(f"expected a Schedule, got {type(s).__name__}")
     if not isinstance(profile, Profile): raise TypeError(f"expected a Profile, got {type(profile).__name__}")
-    if not isinstance(dp, int) or isinstance(dp, bool) or dp < 1: raise ValueError(f"the data-parallel width W must be a positive integer, got {dp!r}")
+    check_number('the data-parallel width W', dp, int, lo=1)
     if s.num_stages > len(profile.layers):
         raise ValueError(f"{label(s)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
                          f"{len(profile.layers)} layers: use fewer stages")
@@ -580,6 +605,7 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
     small = profile.at(int(B)).stage_profiles(s.num_stages)
     return [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
 
+# %% ../nbs/08_perf_model.ipynb #s2080051
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
     sp = _stage_times(s, profile)
@@ -588,6 +614,7 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
     return sp, ar, c
 
+# %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
 def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
     "Bytes per rank from the partitioner's estimate, on the order of timeline `tl` (cached per schedule and stage bytes)."
@@ -609,6 +636,7 @@ def _tie_time(s:Schedule, profile:Profile, dp:int) -> float:
         out += allreduce_time(len(holders) * dp, nbytes, profile.ar_alpha, profile.ar_beta)
     return out
 
+# %% ../nbs/08_perf_model.ipynb #s2080056
 def _disagreement(sim:float, eq1:float, sp:list) -> str:
     "One line when Eq. (1) and the simulator differ by more than 10%, with the likely cause; else ''."
     if not sim or abs(eq1 - sim) <= 0.1 * sim: return ''
@@ -618,29 +646,6 @@ def _disagreement(sim:float, eq1:float, sp:list) -> str:
            else "Eq. (1) counts p2p on every critical-path action and all-reduces at the path's unit costs")
     return f"Eq. (1) gives {eq1 * 1e3:.3g} ms, {eq1 / sim - 1:+.0%} off the simulator ({why})"
 
-def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
-            schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
-            dp:int=1, # W: data-parallel replicas of the pipeline
-            sync:str='eager', # gradient all-reduce policy
-            method:str='simulate', # 'simulate' (the lowered program, every stage's own costs) or 'analytic' (Eq. 1)
-            optimizer:str='adamw',
-            memory:bool=True, # also estimate memory (partition.memory_estimate)
-           ) -> Prediction:
-    "Predict one iteration of `schedule` with `profile`'s costs on W x D GPUs (simulated: Eq. (1) is kept as the cross-check)."
-    _check_schedule_fits(schedule, profile, dp)
-    if method not in ('analytic', 'simulate'): raise ValueError(f"method must be 'analytic' or 'simulate', got {method!r}")
-    if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {SYNC_POLICIES}")
-    s = schedule
-    sp, ar, c = _stage_terms(s, profile, dp)
-    policy, tie = sync if profile.comm_overlaps else 'end', _tie_time(s, profile, dp)
-    eq1 = _analytic(s, sp, ar, c, dp, policy)
-    t, bubble, bd, cf, cb, tl = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
-    t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
-    mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
-    samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
-    return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
-                      method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
-                      _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' else '')
 
 # %% ../nbs/08_perf_model.ipynb #0dd92672
 def _analytic(s, sp, ar, c, dp, sync):
@@ -665,6 +670,7 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     else: w = 0.0
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
 
+# %% ../nbs/08_perf_model.ipynb #s2080060
 def _simulated(s, sp, ar, c, dp, sync):
     "Simulate the lowered program three times: with everything, without all-reduce, without communication."
     prog = lower(s, sync, dp)
@@ -676,11 +682,37 @@ def _simulated(s, sp, ar, c, dp, sync):
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
     return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
 
+# %% ../nbs/08_perf_model.ipynb #s2080062
+def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
+            schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
+            dp:int=1, # W: data-parallel replicas of the pipeline
+            sync:str='eager', # gradient all-reduce policy
+            method:str='simulate', # 'simulate' (the lowered program, every stage's own costs) or 'analytic' (Eq. 1)
+            optimizer:str='adamw',
+            memory:bool=True, # also estimate memory (partition.memory_estimate)
+           ) -> Prediction:
+    "Predict one iteration of `schedule` with `profile`'s costs on W x D GPUs (simulated: Eq. (1) is kept as the cross-check)."
+    _check_schedule_fits(schedule, profile, dp)
+    if method not in ('analytic', 'simulate'): raise ValueError(f"method must be 'analytic' or 'simulate', got {method!r}")
+    if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {SYNC_POLICIES}")
+    s = schedule
+    sp, ar, c = _stage_terms(s, profile, dp)
+    policy, tie = sync if profile.comm_overlaps else 'end', _tie_time(s, profile, dp)
+    eq1 = _analytic(s, sp, ar, c, dp, policy)
+    t, bubble, bd, cf, cb, tl = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
+    t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
+    mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
+    samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
+    return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
+                      method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
+                      _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' else '')
+
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
 def resolve_sync(sync:str, profile:Profile) -> str:
     "A spec's sync policy for a prediction: 'auto' is eager where all-reduces overlap compute (GPUs), else at the end."
     return sync if sync != 'auto' else ('eager' if profile.comm_overlaps else 'end')
 
+# %% ../nbs/08_perf_model.ipynb #s2080064
 def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and options, recompute, sync, hardware
                  profile:Profile|None=None, # measured costs (scaled to spec.B); default: estimated from the spec's model and hardware
                  method:str='simulate', optimizer:str='adamw') -> Prediction:
@@ -732,6 +764,15 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     return Prediction(scheme, D, dp, profile.micro_batch_size, N, recompute, 'steady-state', t, dp * N * profile.micro_batch_size / t,
                       1 - busy / t, max(mem), mem, bd)
 
+# %% ../nbs/08_perf_model.ipynb #s2080072
+def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:
+    "The stage profiles `sp` with the timeline's median forward and backward (B + W, less a recomputed forward) of each stage."
+    k = schedule.microbatch_scale  # event times are of (possibly half) micro-batches
+    med = lambda kinds, s: statistics.median([e.end - e.start for e in timeline.events if e.kind in kinds and e.stage == s] or [0.0])
+    return [p._replace(name=f'stage{s}', forward_s=med(('F',), s) / k,
+                       backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
+            for s, p in enumerate(sp)]
+
 # %% ../nbs/08_perf_model.ipynb #d2cc75d2
 def calibrate(profile:Profile, # the profile the traced run was predicted with (bytes and links are kept)
               timeline:Timeline, # a measured (or emulated) step
@@ -741,12 +782,8 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
              ) -> Profile:
     "A profile with the stages' measured times and a per-action overhead fitted so that the simulator reproduces `timeline`."
     if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
-    S, k = schedule.num_stages, schedule.microbatch_scale  # event times are of (possibly half) micro-batches
-    sp = profile.stage_profiles(S)
-    med = lambda kinds, s: statistics.median([e.end - e.start for e in timeline.events if e.kind in kinds and e.stage == s] or [0.0])
-    lay = [p._replace(name=f'stage{s}', forward_s=med(('F',), s) / k,
-                      backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
-           for s, p in enumerate(sp)]
+    S = schedule.num_stages
+    lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated')
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
     span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s

@@ -12,6 +12,7 @@ __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute',
 # %% ../nbs/00a_program.ipynb #f1013c42
 from dataclasses import dataclass, field
 from typing import NamedTuple
+from fastcore.basics import patch
 from .schedules import Schedule, Action, DEPENDS, dependencies, make_schedule, pipe_tag, ScheduleError, gc_paused
 
 # %% ../nbs/00a_program.ipynb #f0cc8b53
@@ -94,26 +95,32 @@ class Program:
     def __getitem__(self, rank:int) -> list: return self.ranks[rank]
     def __len__(self): return len(self.ranks)
 
-    def incoming(self, rank:int) -> dict:
-        "{peer: [Msg]} in the order each peer sends them to `rank` (how receives are posted and matched)."
-        out = {}
-        for r, prog in enumerate(self.ranks):
-            if r == rank: continue
-            msgs = [i.msg for i in prog if type(i) is Send and i.peer == rank]
-            if msgs: out[r] = msgs
-        return out
-
-    def reduced_stages(self, rank:int) -> list:
-        "Stages whose gradients `rank` all-reduces, in the order it starts them."
-        return [i.stage for i in self.ranks[rank] if type(i) is ReduceStart]
-
-    def to_text(self) -> str:
-        "One line per rank: instructions separated by ` | `."
-        return '\n'.join(f"rank {r}: " + ' | '.join(map(repr, p)) for r, p in enumerate(self.ranks)) + '\n'
-
     def __repr__(self):
         n = sum(map(len, self.ranks))
         return f"Program({self.schedule.name!r}, ranks={len(self.ranks)}, instructions={n}, sync={self.sync!r}, dp_width={self.dp_width})"
+
+# %% ../nbs/00a_program.ipynb #s2000a02
+@patch
+def incoming(self:Program, rank:int) -> dict:
+    "{peer: [Msg]} in the order each peer sends them to `rank` (how receives are posted and matched)."
+    out = {}
+    for r, prog in enumerate(self.ranks):
+        if r == rank: continue
+        msgs = [i.msg for i in prog if type(i) is Send and i.peer == rank]
+        if msgs: out[r] = msgs
+    return out
+
+# %% ../nbs/00a_program.ipynb #s2000a04
+@patch
+def reduced_stages(self:Program, rank:int) -> list:
+    "Stages whose gradients `rank` all-reduces, in the order it starts them."
+    return [i.stage for i in self.ranks[rank] if type(i) is ReduceStart]
+
+# %% ../nbs/00a_program.ipynb #s2000a06
+@patch
+def to_text(self:Program) -> str:
+    "One line per rank: instructions separated by ` | `."
+    return '\n'.join(f"rank {r}: " + ' | '.join(map(repr, p)) for r, p in enumerate(self.ranks)) + '\n'
 
 # %% ../nbs/00a_program.ipynb #db32eee4
 _new = tuple.__new__  # builds a named tuple without its Python-level __new__: lowering makes ~100k of them at D=64

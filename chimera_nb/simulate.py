@@ -14,18 +14,14 @@ from typing import NamedTuple, Sequence
 from fastcore.basics import patch
 from .schedules import Schedule, Action, make_schedule, SCHEDULES, ScheduleError, CHIMERA_CONCAT, gc_paused
 from .program import Program, lower, Compute, Send, Recv, ReduceStart, ReduceWait, Msg, SYNC_POLICIES
+from .spec import check_number
 
 # %% ../nbs/01_simulate.ipynb #49841113
 def _check_time(v, what:str, positive:bool=False, allow_inf:bool=False) -> float:
     "`v` as a float if it is a real number (any numeric type), finite (unless `allow_inf`) and >= 0 (> 0 if `positive`)."
-    if isinstance(v, bool) or not isinstance(v, numbers.Real):
-        raise TypeError(f"Costs.{what} must be a number, got {type(v).__name__} {v!r}")
-    v = float(v)
-    if math.isnan(v) or (math.isinf(v) and not allow_inf) or v < 0 or (positive and v == 0):
-        rule = 'a positive number' if positive else 'a finite number >= 0'
-        raise ValueError(f"Costs.{what} must be {rule}{' (inf allowed)' if allow_inf else ''}, got {v}")
-    return v
+    return check_number(f"Costs.{what}", v, float, lo=0, open_lo=positive, finite=not allow_inf)
 
+# %% ../nbs/01_simulate.ipynb #s2010002
 @dataclass
 class Costs:
     "Per-micro-batch times of one stage: forward, backward (input-grad), weight (weight-grad), and communication."
@@ -49,26 +45,32 @@ class Costs:
         for name in ('p2p', 'p2p_bytes', 'recompute', 'optimizer'): setattr(self, name, _check_time(getattr(self, name), name))
         self.bandwidth = _check_time(self.bandwidth, 'bandwidth', positive=True, allow_inf=True)
 
-    def per_stage(self, what:str, s:Schedule) -> list:
-        "The `what` times of every stage of `s` (a scalar scaled by the stage size), times the micro-batch size."
-        v, k = getattr(self, what), s.microbatch_scale
-        if isinstance(v, float): return [v * s.stage_fraction * k] * s.num_stages
-        if len(v) != s.num_stages:
-            raise ValueError(f"Costs.{what} has {len(v)} values but the schedule has {s.num_stages} stages: "
-                             f"give one per stage or a scalar")
-        return [x * k for x in v]
+# %% ../nbs/01_simulate.ipynb #s2010005
+@patch
+def per_stage(self:Costs, what:str, s:Schedule) -> list:
+    "The `what` times of every stage of `s` (a scalar scaled by the stage size), times the micro-batch size."
+    v, k = getattr(self, what), s.microbatch_scale
+    if isinstance(v, float): return [v * s.stage_fraction * k] * s.num_stages
+    if len(v) != s.num_stages:
+        raise ValueError(f"Costs.{what} has {len(v)} values but the schedule has {s.num_stages} stages: "
+                         f"give one per stage or a scalar")
+    return [x * k for x in v]
 
-    def action_costs(self, s:Schedule) -> dict:
-        "{kind: [time per stage]} for schedule `s` (recompute adds `recompute` forwards to B; B absorbs W unless split)."
-        f, b, w = (self.per_stage(n, s) for n in ('forward', 'backward', 'weight'))
-        rec = self.recompute if s.recompute else 0.0
-        b = [bi + rec * fi + (0.0 if s.split_backward else wi) for fi, bi, wi in zip(f, b, w)]
-        return {'F': f, 'B': b, 'W': w}
+# %% ../nbs/01_simulate.ipynb #s2010007
+@patch
+def action_costs(self:Costs, s:Schedule) -> dict:
+    "{kind: [time per stage]} for schedule `s` (recompute adds `recompute` forwards to B; B absorbs W unless split)."
+    f, b, w = (self.per_stage(n, s) for n in ('forward', 'backward', 'weight'))
+    rec = self.recompute if s.recompute else 0.0
+    b = [bi + rec * fi + (0.0 if s.split_backward else wi) for fi, bi, wi in zip(f, b, w)]
+    return {'F': f, 'B': b, 'W': w}
 
-    def transfer(self, s:Schedule|None=None) -> float:
-        "Time of one point-to-point message (of `s`'s micro-batch size)."
-        size = self.p2p_bytes * (s.microbatch_scale if s is not None else 1.0)
-        return self.p2p + (size / self.bandwidth if size else 0.0)
+# %% ../nbs/01_simulate.ipynb #s2010009
+@patch
+def transfer(self:Costs, s:Schedule|None=None) -> float:
+    "Time of one point-to-point message (of `s`'s micro-batch size)."
+    size = self.p2p_bytes * (s.microbatch_scale if s is not None else 1.0)
+    return self.p2p + (size / self.bandwidth if size else 0.0)
 
 # %% ../nbs/01_simulate.ipynb #1c956d9f
 COMPUTE = ('F', 'B', 'W')
@@ -105,64 +107,71 @@ class Timeline:
     def __post_init__(self):
         if not self.weight_copies: self.weight_copies = [0.0] * self.num_ranks
 
-    @classmethod
-    def from_schedule(cls, s:Schedule, events, source='simulated', **meta):
-        "A timeline of `events` that carries the memory rules and weight copies of schedule `s`."
-        copies = [len(s.stages_of(r)) * s.stage_fraction for r in range(s.num_ranks)]
-        return cls(list(events), s.num_ranks, s.name, source, s.split_backward, s.recompute, s.stage_fraction, copies,
-                   {'D': s.num_ranks, 'N': s.microbatches, 'pipes': s.num_pipes, **s.options, **meta},
-                   s.microbatch_scale)
+# %% ../nbs/01_simulate.ipynb #s2010050
+@patch(cls_method=True)
+def from_schedule(cls:Timeline, s:Schedule, events, source='simulated', **meta):
+    "A timeline of `events` that carries the memory rules and weight copies of schedule `s`."
+    copies = [len(s.stages_of(r)) * s.stage_fraction for r in range(s.num_ranks)]
+    return cls(list(events), s.num_ranks, s.name, source, s.split_backward, s.recompute, s.stage_fraction, copies,
+               {'D': s.num_ranks, 'N': s.microbatches, 'pipes': s.num_pipes, **s.options, **meta},
+               s.microbatch_scale)
 
-    def rank_events(self, rank:int, kinds=COMPUTE) -> list:
-        "Events of `rank` (compute only by default) in time order."
-        idx = getattr(self, '_by_rank', None)
-        if idx is None or idx[0] is not self.events or idx[1] != len(self.events):
-            by = [[] for _ in range(self.num_ranks)]
-            for e in self.events:
-                if 0 <= e.rank < self.num_ranks: by[e.rank].append(e)
-            for evs in by: evs.sort(key=lambda e: e.start)  # nearly sorted already: linear time
-            self._by_rank = idx = (self.events, len(self.events), by)  # rebuilt if events change
-        return [e for e in idx[2][rank] if e.kind in kinds] if 0 <= rank < self.num_ranks else []
+# %% ../nbs/01_simulate.ipynb #s2010013
+@patch
+def rank_events(self:Timeline, rank:int, kinds=COMPUTE) -> list:
+    "Events of `rank` (compute only by default) in time order."
+    idx = getattr(self, '_by_rank', None)
+    if idx is None or idx[0] is not self.events or idx[1] != len(self.events):
+        by = [[] for _ in range(self.num_ranks)]
+        for e in self.events:
+            if 0 <= e.rank < self.num_ranks: by[e.rank].append(e)
+        for evs in by: evs.sort(key=lambda e: e.start)  # nearly sorted already: linear time
+        self._by_rank = idx = (self.events, len(self.events), by)  # rebuilt if events change
+    return [e for e in idx[2][rank] if e.kind in kinds] if 0 <= rank < self.num_ranks else []
 
-    @property
-    def start_time(self) -> float:
-        "The first start of any event (0 for an empty timeline); cached until the events change."
-        c = self.__dict__.get('_t0')
-        if c is None or c[0] is not self.events or c[1] != len(self.events):
-            c = self._t0 = (self.events, len(self.events), min((e.start for e in self.events), default=0.0))
-        return c[2]
+# %% ../nbs/01_simulate.ipynb #s2010015
+@patch(as_prop=True)
+def start_time(self:Timeline) -> float:
+    "The first start of any event (0 for an empty timeline); cached until the events change."
+    c = self.__dict__.get('_t0')
+    if c is None or c[0] is not self.events or c[1] != len(self.events):
+        c = self._t0 = (self.events, len(self.events), min((e.start for e in self.events), default=0.0))
+    return c[2]
 
-    @property
-    def makespan(self) -> float:
-        "From the first start to the last end, communication included."
-        if not self.events: return 0.0
-        return max(e.end for e in self.events) - self.start_time
+# %% ../nbs/01_simulate.ipynb #s2010053
+@patch(as_prop=True)
+def makespan(self:Timeline) -> float:
+    "From the first start to the last end, communication included."
+    if not self.events: return 0.0
+    return max(e.end for e in self.events) - self.start_time
 
-    @property
-    def compute_makespan(self) -> float:
-        "From the first compute start to the last compute end."
-        ev = [e for e in self.events if e.kind in COMPUTE]
-        return max(e.end for e in ev) - min(e.start for e in ev) if ev else 0.0
+# %% ../nbs/01_simulate.ipynb #s2010017
+@patch(as_prop=True)
+def compute_makespan(self:Timeline) -> float:
+    "From the first compute start to the last compute end."
+    ev = [e for e in self.events if e.kind in COMPUTE]
+    return max(e.end for e in ev) - min(e.start for e in ev) if ev else 0.0
 
-    def busy(self, rank:int) -> float:
-        "Compute time of `rank`."
-        return sum(e.end - e.start for e in self.rank_events(rank))
+# %% ../nbs/01_simulate.ipynb #s2010055
+@patch
+def busy(self:Timeline, rank:int) -> float:
+    "Compute time of `rank`."
+    return sum(e.end - e.start for e in self.rank_events(rank))
 
-    @property
-    def bubble_ratio(self) -> float:
-        "Idle fraction of the ranks' compute time over the compute makespan."
-        span = self.compute_makespan
-        if span <= 0: return 0.0
-        return 1 - sum(self.busy(r) for r in range(self.num_ranks)) / (self.num_ranks * span)
+# %% ../nbs/01_simulate.ipynb #s2010057
+@patch(as_prop=True)
+def bubble_ratio(self:Timeline) -> float:
+    "Idle fraction of the ranks' compute time over the compute makespan."
+    span = self.compute_makespan
+    if span <= 0: return 0.0
+    return 1 - sum(self.busy(r) for r in range(self.num_ranks)) / (self.num_ranks * span)
 
-    def to_frame(self):
-        "The events as a pandas DataFrame."
-        import pandas as pd
-        return pd.DataFrame(self.events, columns=Event._fields)
-
-    def __repr__(self):
-        return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
-                f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
+# %% ../nbs/01_simulate.ipynb #s2010019
+@patch
+def to_frame(self:Timeline):
+    "The events as a pandas DataFrame."
+    import pandas as pd
+    return pd.DataFrame(self.events, columns=Event._fields)
 
 # %% ../nbs/01_simulate.ipynb #b7b518cc
 @patch
@@ -185,6 +194,16 @@ def memory_changes(self:Timeline,
         idx[2][rank] = out
     return idx[2][rank]
 
+# %% ../nbs/01_simulate.ipynb #s2010024
+def _per_stage_sizes(v, what:str, scalar_scale:float, list_scale:float):
+    "stage -> size: a scalar (for one of D equal stages: times `scalar_scale`) or one value per stage (times `list_scale`)."
+    if isinstance(v, numbers.Real):
+        x = check_number(what, v, float, lo=0) * scalar_scale
+        return lambda s: x
+    vals = [check_number(f"{what}[{i}]", x, float, lo=0) for i, x in enumerate(v)]
+    return lambda s: vals[s] * list_scale
+
+# %% ../nbs/01_simulate.ipynb #s2010026
 @patch
 def memory_curve(self:Timeline,
                  rank:int, # the rank
@@ -200,17 +219,7 @@ def memory_curve(self:Timeline,
         curve.append((t, round(live, 9)))
     return curve
 
-def _per_stage_sizes(v, what:str, scalar_scale:float, list_scale:float):
-    "stage -> size: a scalar (for one of D equal stages: times `scalar_scale`) or one value per stage (times `list_scale`)."
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        if not math.isfinite(v) or v < 0: raise ValueError(f"{what} must be a finite number >= 0, got {v!r}")
-        x = v * scalar_scale
-        return lambda s: x
-    vals = list(v)
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0 for x in vals):
-        raise ValueError(f"{what} must be finite numbers >= 0 (one per stage), got {vals}")
-    return lambda s: vals[s] * list_scale
-
+# %% ../nbs/01_simulate.ipynb #s2010028
 @patch
 def peak_memory(self:Timeline, ma:float|Sequence=1.0, mi:float|Sequence=0.0) -> list:
     "Per-rank peak of `memory_curve(rank, ma, mi)` (without building the curves: searches ask for it often)."
@@ -227,10 +236,17 @@ def peak_memory(self:Timeline, ma:float|Sequence=1.0, mi:float|Sequence=0.0) -> 
         out.append(round(peak, 9))
     return out
 
+# %% ../nbs/01_simulate.ipynb #s2010061
 @patch(as_prop=True)
 def peak_activations(self:Timeline) -> list:
     "Per-rank peak of stashed activations, in Ma units (recomputed stages: only while their backward runs)."
     return self.peak_memory()
+
+# %% ../nbs/01_simulate.ipynb #s2010059
+@patch
+def __repr__(self:Timeline):
+    return (f"Timeline({self.name!r}, {self.source}, ranks={self.num_ranks}, events={len(self.events)}, "
+            f"makespan={self.makespan:.4g}, bubble={self.bubble_ratio:.3f}, peak={max(self.peak_activations, default=0):.3g})")
 
 # %% ../nbs/01_simulate.ipynb #e59e90a0
 class _Sim:
@@ -248,41 +264,43 @@ class _Sim:
         self.ar_end = {}                         # stage -> all-reduce end time
         self.events = []
 
-    def run_rank(self, r:int) -> list:
-        "Advance rank `r` until it blocks or ends; return the ranks it unblocked."
-        prog, pos, t, woken = self.prog.ranks[r], self.pos[r], self.clock[r], []
-        cost, events, arrival, waiting, link_free = self.cost, self.events, self.arrival, self.waiting, self.link_free
-        new, transfer, n = tuple.__new__, self.transfer, len(prog)
-        while pos < n:
-            ins = prog[pos]; k = type(ins)
-            if k is Compute:
-                a = ins[0]
-                end = t + cost[a[0]][a[1]]
-                events.append(new(Event, (r, a[0], a[1], a[2], a[3], t, end, -1))); t = end
-            elif k is Send:
-                m, dst = ins[0], ins[1]
-                if dst == r: arrival[(m, dst)] = t
-                else:
-                    depart = max(t, link_free.get((r, dst), 0.0))
-                    arrive = depart + transfer
-                    link_free[(r, dst)] = arrive
-                    arrival[(m, dst)] = arrive
-                    if arrive > depart: events.append(new(Event, (r, 'SEND', m[1], m[2], m[3], depart, arrive, dst)))
-                w = waiting.pop((m, dst), None)
-                if w is not None: woken.append(w)
-            elif k is Recv:
-                got = arrival.get((ins[0], r))
-                if got is None: waiting[(ins[0], r)] = r; break
-                if got > t: t = got
-            elif k is ReduceStart: self.issued.setdefault(ins.stage, {})[r] = t
-            elif k is ReduceWait:
-                end = self.ar_end.get(ins.stage)
-                if end is None: break   # resolved once every rank has issued its all-reduces
-                if end > t: t = end
-            else: t += self.opt          # OptimizerStep
-            pos += 1
-        self.pos[r], self.clock[r] = pos, t
-        return woken
+# %% ../nbs/01_simulate.ipynb #s2010032
+@patch
+def run_rank(self:_Sim, r:int) -> list:
+    "Advance rank `r` until it blocks or ends; return the ranks it unblocked."
+    prog, pos, t, woken = self.prog.ranks[r], self.pos[r], self.clock[r], []
+    cost, events, arrival, waiting, link_free = self.cost, self.events, self.arrival, self.waiting, self.link_free
+    new, transfer, n = tuple.__new__, self.transfer, len(prog)
+    while pos < n:
+        ins = prog[pos]; k = type(ins)
+        if k is Compute:
+            a = ins[0]
+            end = t + cost[a[0]][a[1]]
+            events.append(new(Event, (r, a[0], a[1], a[2], a[3], t, end, -1))); t = end
+        elif k is Send:
+            m, dst = ins[0], ins[1]
+            if dst == r: arrival[(m, dst)] = t
+            else:
+                depart = max(t, link_free.get((r, dst), 0.0))
+                arrive = depart + transfer
+                link_free[(r, dst)] = arrive
+                arrival[(m, dst)] = arrive
+                if arrive > depart: events.append(new(Event, (r, 'SEND', m[1], m[2], m[3], depart, arrive, dst)))
+            w = waiting.pop((m, dst), None)
+            if w is not None: woken.append(w)
+        elif k is Recv:
+            got = arrival.get((ins[0], r))
+            if got is None: waiting[(ins[0], r)] = r; break
+            if got > t: t = got
+        elif k is ReduceStart: self.issued.setdefault(ins.stage, {})[r] = t
+        elif k is ReduceWait:
+            end = self.ar_end.get(ins.stage)
+            if end is None: break   # resolved once every rank has issued its all-reduces
+            if end > t: t = end
+        else: t += self.opt          # OptimizerStep
+        pos += 1
+    self.pos[r], self.clock[r] = pos, t
+    return woken
 
 # %% ../nbs/01_simulate.ipynb #20d21a17
 @patch
@@ -301,6 +319,7 @@ def resolve_allreduces(self:_Sim):
             free[r] = end
             if end > start: self.events.append(Event(r, 'AR', st, -1, -1, start, end))
 
+# %% ../nbs/01_simulate.ipynb #s2010035
 @patch
 def deadlock(self:_Sim) -> ScheduleError:
     "The error naming each rank that cannot go on, its instruction and what it waits for."
@@ -333,35 +352,7 @@ def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered
     if todo: raise sim.deadlock()
     return Timeline.from_schedule(schedule.schedule, sim.events, sync=schedule.sync)
 
-# %% ../nbs/01_simulate.ipynb #fee1e3d4
-def closed_form(name:str, # schedule name
-                stages:int, # D
-                microbatches:int, # N (nominal: backward halving's half micro-batches count as halves)
-                costs:Costs|None=None, # F, B, W for the forms that depend on them (uniform stages)
-                chunks:int=2, pipes:int=2, concat:str='direct', **_) -> dict:
-    "The published bubble ratio, makespan, weight copies and activation range of schedule `name`, with the assumption they need."
-    D, N, c = stages, microbatches, costs or Costs()
-    if not isinstance(D, int) or not isinstance(N, int) or D < 1 or N < 1:
-        raise ValueError(f"closed forms need positive integer D and N, got D={D!r}, N={N!r}")
-    F = c.forward if isinstance(c.forward, float) else None
-    Bf = (c.backward + c.weight) if isinstance(c.backward, float) and isinstance(c.weight, float) else None
-    f = pipes // 2
-    one = lambda: dict(bubble=(D - 1) / (N + D - 1), makespan=(N + D - 1) * (F + Bf) if F is not None and Bf is not None else None)
-    forms = {
-        'gpipe': lambda: dict(one(), weights=1, act=(N, N), note=''),
-        '1f1b': lambda: dict(one(), weights=1, act=(1, D), note=''),
-        'gems': lambda: dict(bubble=(D - 1) / (D + 0.5), weights=2, act=(1, 1), note='approximate'),
-        'interleaved-1f1b': lambda: dict(bubble=(D - 1) / (chunks * N + D - 1), weights=1, act=(None, None), note="F = B'"),
-        'zb-h1': lambda: _zb_h1_form(D, N, c),
-        'dualpipev': lambda: dict(bubble=None, weights=1, act=(None, None), note='no closed form here'),
-        'chimera': lambda: _chimera_form(D, N, f, concat, F),
-    }
-    if name not in forms: raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(forms)}")
-    out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | forms[name]()
-    out['act_min'], out['act_max'] = out.pop('act')
-    out['note'] = _flag_assumption(out['note'], F, Bf)
-    return out
-
+# %% ../nbs/01_simulate.ipynb #s2010040
 def _flag_assumption(note:str, F, Bf) -> str:
     "The note, flagged when these uniform costs break the form's assumption (F = B' or B' = 2F)."
     holds = {"F = B'": lambda: math.isclose(F, Bf), "B' = 2F": lambda: math.isclose(Bf, 2 * F)}
@@ -369,7 +360,9 @@ def _flag_assumption(note:str, F, Bf) -> str:
         if note.startswith(k) and F is not None and Bf is not None and not ok(): return note + ': not met by these costs'
     return note
 
+# %% ../nbs/01_simulate.ipynb #s2010042
 def _chimera_form(D, N, f, concat, F):
+    "Chimera's form with 2f pipes and concatenation `concat` (Table 1 and §3.5 of the paper)."
     if concat == 'direct':
         b = (D - 2 * f) / (2 * f * N + D - 2 * f)
         return dict(bubble=b, makespan=(2 * N + D / f - 2) * F if F is not None else None, weights=2 * f,
@@ -380,13 +373,61 @@ def _chimera_form(D, N, f, concat, F):
                     act=(None, None), note="B' = 2F" + (', recompute not counted' if concat == 'doubling' else ''))
     return dict(bubble=None, weights=2 * f, act=(None, D), note='no paper defines it')
 
+# %% ../nbs/01_simulate.ipynb #s2010044
 def _zb_h1_form(D, N, c):
+    "ZB-H1's makespan N(F+B+W) + (D-1)(F+B-W), for uniform stages only."
     if not all(isinstance(x, float) for x in (c.forward, c.backward, c.weight)):
         return dict(weights=1, act=(1, D), note='uniform stages only')
     F, B, W = c.forward, c.backward, c.weight
     span = N * (F + B + W) + (D - 1) * (F + B - W)
     return dict(bubble=1 - N * (F + B + W) / span if span else 0.0, makespan=span, weights=1, act=(1, D),
                 note='W <= min(F, B)' + ('' if W <= min(F, B) else ': not met by these costs'))
+
+# %% ../nbs/01_simulate.ipynb #s2010062
+def _forms(D, N, c:Costs, F, Bf, chunks, f, concat) -> dict:
+    "name -> () -> the schedule's published form (F, Bf = B + W: uniform times, None for per-stage costs)."
+    one = lambda: dict(bubble=(D - 1) / (N + D - 1), makespan=(N + D - 1) * (F + Bf) if F is not None and Bf is not None else None)
+    return {'gpipe': lambda: dict(one(), weights=1, act=(N, N), note=''),
+            '1f1b': lambda: dict(one(), weights=1, act=(1, D), note=''),
+            'gems': lambda: dict(bubble=(D - 1) / (D + 0.5), weights=2, act=(1, 1), note='approximate'),
+            'interleaved-1f1b': lambda: dict(bubble=(D - 1) / (chunks * N + D - 1), weights=1, act=(None, None), note="F = B'"),
+            'zb-h1': lambda: _zb_h1_form(D, N, c),
+            'dualpipev': lambda: dict(bubble=None, weights=1, act=(None, None), note='no closed form here'),
+            'chimera': lambda: _chimera_form(D, N, f, concat, F)}
+
+# %% ../nbs/01_simulate.ipynb #fee1e3d4
+def closed_form(name:str, # schedule name
+                stages:int, # D
+                microbatches:int, # N (nominal: backward halving's half micro-batches count as halves)
+                costs:Costs|None=None, # F, B, W for the forms that depend on them (uniform stages)
+                chunks:int=2, pipes:int=2, concat:str='direct', **_) -> dict:
+    "The published bubble ratio, makespan, weight copies and activation range of schedule `name`, with the assumption they need."
+    D, N, c = check_number('closed form: D', stages, int, lo=1), check_number('closed form: N', microbatches, int, lo=1), costs or Costs()
+    F = c.forward if isinstance(c.forward, float) else None
+    Bf = (c.backward + c.weight) if isinstance(c.backward, float) and isinstance(c.weight, float) else None
+    forms = _forms(D, N, c, F, Bf, chunks, pipes // 2, concat)
+    if name not in forms: raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(forms)}")
+    out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | forms[name]()
+    out['act_min'], out['act_max'] = out.pop('act')
+    out['note'] = _flag_assumption(out['note'], F, Bf)
+    return out
+
+# %% ../nbs/01_simulate.ipynb #s2010046
+def _timeline_of(it, costs:Costs|None) -> Timeline:
+    "A `compare_table` item as a timeline: a Timeline as it is, a Schedule or (name, D, N[, options]) simulated."
+    if isinstance(it, tuple):
+        if len(it) < 3: raise ValueError(f"a schedule tuple is (name, D, N[, options]), got {it!r}")
+        it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
+    if not isinstance(it, (Schedule, Timeline)): raise TypeError(f"compare_table takes Schedules, Timelines or tuples, got {type(it).__name__}")
+    return it if isinstance(it, Timeline) else simulate(it, costs)
+
+# %% ../nbs/01_simulate.ipynb #s2010064
+def _closed_form_of(tl:Timeline, costs:Costs|None) -> dict:
+    "The closed form of a timeline's schedule (its options from the timeline's meta), or empty where none applies."
+    m = tl.meta
+    opts = {k: v for k, v in m.items() if k in ('chunks', 'pipes', 'concat')}
+    try: return closed_form(tl.name, m.get('D', tl.num_ranks), int(m.get('N', 0) * tl.microbatch_scale), costs, **opts)
+    except (ValueError, TypeError): return dict(bubble=None, makespan=None, weights=None, act_min=None, act_max=None, note='')
 
 # %% ../nbs/01_simulate.ipynb #9d1b3439
 def compare_table(items, # `Schedule`s, `Timeline`s or (name, D, N, options) tuples
@@ -396,16 +437,8 @@ def compare_table(items, # `Schedule`s, `Timeline`s or (name, D, N, options) tup
     import pandas as pd
     rows = []
     for it in items:
-        if isinstance(it, tuple):
-            if len(it) < 3: raise ValueError(f"a schedule tuple is (name, D, N[, options]), got {it!r}")
-            it = make_schedule(it[0], it[1], it[2], **(it[3] if len(it) > 3 else {}))
-        if not isinstance(it, (Schedule, Timeline)): raise TypeError(f"compare_table takes Schedules, Timelines or tuples, got {type(it).__name__}")
-        tl = it if isinstance(it, Timeline) else simulate(it, costs)
-        m = tl.meta
-        N = m.get('N', 0) * tl.microbatch_scale
-        opts = {k: v for k, v in m.items() if k in ('chunks', 'pipes', 'concat')}
-        try: cf = closed_form(tl.name, m.get('D', tl.num_ranks), int(N), costs, **opts)
-        except (ValueError, TypeError): cf = dict(bubble=None, makespan=None, weights=None, act_min=None, act_max=None, note='')
+        tl = _timeline_of(it, costs)
+        m, N, cf = tl.meta, tl.meta.get('N', 0) * tl.microbatch_scale, _closed_form_of(tl, costs)
         label = tl.name + ''.join(f" {k}={v}" for k, v in m.items() if (k == 'concat' and v != 'direct') or k == 'chunks'
                                   or (k == 'pipes' and v > 2))
         peaks = tl.peak_activations or [0]
