@@ -16,7 +16,8 @@ from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, validate, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_async, ASYNC_SCHEMES, predict_spec
+from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec
+from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch
 
 # %% ../nbs/09_autotune.ipynb #0677f57d
