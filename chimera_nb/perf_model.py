@@ -671,10 +671,12 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
 
 # %% ../nbs/08_perf_model.ipynb #s2080060
 def _simulated(s, sp, ar, c, dp, sync):
-    "Simulate the lowered program three times: with everything, without all-reduce, without communication."
+    "Simulate the lowered program twice: with everything, and without communication (the all-reduce tail is what follows the last compute)."
     prog = lower(s, sync, dp)
     full = simulate(prog, _costs(s, sp, ar, c))
-    no_ar = simulate(prog, _costs(s, sp, ar, c, reduce=False)).makespan if any(ar) else full.makespan
+    # all-reduces never delay compute in the program (issued after it, waited at the end), so the compute ends where it would
+    # without them: equal to a third simulation without all-reduce, over 288 configurations of six schedules (2026-11-25)
+    no_ar = max((e.end for e in full.events if e.kind in ('F', 'B', 'W')), default=full.makespan)
     bare = simulate(prog, _costs(s, sp, ar, c, p2p=False, reduce=False)) if c else None
     bare_span = bare.makespan if bare else no_ar
     busy = statistics.fmean(full.busy(r) for r in range(s.num_ranks))
