@@ -7,9 +7,9 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 # %% auto #0
 __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'GLOSSARY', 'THEMES', 'LABEL_LIMIT', 'BAR_WIDTH', 'COMM_COLORS',
            'COMM_NAMES', 'RASTER_LIMIT', 'RASTER_COLUMNS', 'DASHES', 'MEMORY_POINTS', 'BROWSERS', 'EXPORTS',
-           'pipe_name', 'bar_color', 'gloss', 'action_name', 'sig3', 'pct', 'cost_label', 'as_timeline',
-           'resolve_theme', 'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline',
-           'plot_memory', 'unit_table', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
+           'pipe_name', 'bar_color', 'gloss', 'action_name', 'pct', 'cost_label', 'as_timeline', 'resolve_theme',
+           'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory',
+           'unit_table', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
            'p2p_dependencies', 'to_chrome_trace', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
@@ -20,7 +20,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from .schedules import Schedule, make_schedule, dependencies, pipe_tag
 from .program import message
-from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table
+from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table, sig3
 
 # %% ../nbs/02_viz.ipynb #e54838af
 PIPE_HUES = (212, 24, 140, 282, 186, 48, 330, 96)  # degrees: down blue, up orange, then the 2k pipes
@@ -59,11 +59,6 @@ def action_name(kind:str, stage:int, pipe:int, microbatch:int) -> str:
     "An action as the text form writes it (`Action.token()`): `F3.u0`; `F3.p14m0` past the lettered pipes."
     try: return f"{kind}{stage}.{pipe_tag(pipe)}{microbatch}"
     except ValueError: return f"{kind}{stage}.p{pipe}m{microbatch}"
-
-def sig3(x:float) -> str:
-    "`x` rounded to 3 significant digits, without exponent from 1,000 up (`18`, `0.333`, `12,300`)."
-    v = float(f"{x:.3g}")
-    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
 
 def pct(x:float) -> str:
     "A ratio as a percentage with 3 significant digits (`11.1%`, `0.5%`)."
