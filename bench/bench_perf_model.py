@@ -10,8 +10,8 @@
 
 Predicted = perf_model.predict(..., method='simulate') (the lowered program with per-stage costs) and Eq. (1)
 ('analytic'), from the profile ("uncalibrated": layers profiled in D processes at once, as the runs load the cores, and the
-runtime's time per hop measured once per process count by perf_model.measure_overhead, a zero-compute step; nothing
-fitted to any run) and after perf_model.calibrate on ONE traced run per group
+runtime's time per hop measured once per process count by perf_model.measure_overhead, a zero-compute step, and its
+cost per real compute action once by perf_model.measure_action_overhead; nothing fitted to any run) and after perf_model.calibrate on ONE traced run per group
 (1F1B at the middle B, its traced step nearest the median: per-stage time factors and a per-action overhead); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
@@ -28,7 +28,7 @@ from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build
 from chimera_nb.partition import LayerProfile, Stage
-from chimera_nb.perf_model import Profile, measure_comm, measure_overhead, profile_layers_as, predict, calibrate
+from chimera_nb.perf_model import Profile, measure_comm, measure_overhead, measure_action_overhead, profile_layers_as, predict, calibrate
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 
@@ -149,11 +149,14 @@ def main():
           f"all-reduce alpha {comm.ar_alpha * 1e6:.0f} us, beta {1 / comm.ar_beta / 1e9 if comm.ar_beta else float('inf'):.2f} GB/s",
           flush=True)
     hop = {D: measure_overhead(D) for D in (2, 4, 8)}   # the runtime's time per hop, once per process count
-    print("runtime per hop (zero-compute 1F1B step): " + ", ".join(f"D={D}: {v * 1e3:.2f} ms" for D, v in hop.items()), flush=True)
+    act = measure_action_overhead(2)   # the runtime's own cost per real compute action (autograd, payloads)
+    print("runtime per hop (zero-compute 1F1B step): " + ", ".join(f"D={D}: {v * 1e3:.2f} ms" for D, v in hop.items())
+          + f"; per real compute action: {act * 1e3:.3f} ms", flush=True)
     rows, groups, cals = [], {}, {}
     work = []   # (group, D, plan, {B: profile})
     for kind in ('bert-tiny', 'mlp'):
         profs = affine_in_B({B: profile_loaded(kind, B, comm._replace(p2p_latency=hop[2])) for B, N in SPLITS_REAL})
+        profs = {B: dataclasses.replace(p, action_overhead=act) for B, p in profs.items()}
         work.append((f'real {kind}', 2, [(kind, name, B, N, profs[B].boundaries(2)) for B, N in SPLITS_REAL for name in SCHEDS], profs))
     for D, splits in ((4, [(1, 16), (2, 8), (4, 4)]), (8, [(2, 16), (4, 8)])):
         profs = {B: emulated_profile(D, B, comm._replace(p2p_latency=hop[D])) for B, _ in splits}
@@ -169,7 +172,8 @@ def main():
         base = _stage_level(profs[mid], D)
         cal = calibrate(base, tl, s_cal, target=meas[ci])
         k = [(c.forward_s / b.forward_s, c.backward_s / b.backward_s) for c, b in zip(cal.layers, base.layers)]
-        cals[group, D] = {B: _stage_level(p, D, k, cal.p2p_latency) for B, p in profs.items()}
+        cals[group, D] = {B: dataclasses.replace(_stage_level(p, D, k, cal.p2p_latency), action_overhead=0.0)   # measured times include it
+                          for B, p in profs.items()}
         print(f"{group} D={D}: {len(plan)} runs; calibrated on 1f1b B={mid}: stage time x{statistics.fmean(f for f, _ in k):.2f} (F) "
               f"x{statistics.fmean(b for _, b in k):.2f} (B), overhead {(cal.p2p_latency - comm.p2p_latency) * 1e3:.2f} ms per action "
               f"({time.time() - t0:.0f} s)", flush=True)

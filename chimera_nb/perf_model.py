@@ -6,9 +6,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
-           'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead', 'dependency_times',
-           'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction',
-           'label', 'predict', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
+           'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead',
+           'measure_action_overhead', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time',
+           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'resolve_sync', 'predict_spec', 'calibrate',
+           'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -144,6 +145,7 @@ class Profile:
     source: str = 'measured'    # 'measured' or 'estimated:<hardware>'
     memory_bytes: float = math.inf   # device memory
     comm_overlaps: bool = True  # all-reduces overlap compute (False: gloo on CPU cores that compute, so they add up)
+    action_overhead: float = 0.0  # s the runtime adds to every forward and backward it runs (`measure_action_overhead`)
     ties: list = field(default_factory=list)  # [(layer indices, bytes)]: one parameter copied on several layers (tied embeddings)
     versions: dict = field(default_factory=dict)
     date: str = ''
@@ -151,7 +153,7 @@ class Profile:
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
         self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1)
-        for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
+        for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
@@ -435,6 +437,32 @@ def measure_overhead(world:int=2, # processes (real ones: launch.launch_local)
     hops = simulate(lower(make_schedule('1f1b', world, N)), Costs(0.0, 0.0, p2p=1.0)).makespan
     return step / hops
 
+# %% ../nbs/08_perf_model.ipynb #f1e00014
+def _action_bench(rank, world, N, repeats):
+    import torch, torch.distributed as dist
+    from chimera_nb.runtime import PipelineRuntime
+    from chimera_nb.partition import Stage
+    torch.manual_seed(0)
+    s, out = make_schedule('1f1b', world, N), []
+    real = PipelineRuntime(s, [Stage([torch.nn.Linear(8, 8)], i) for i in range(world)], torch.nn.functional.mse_loss)
+    x = torch.randn(N, 8)
+    for run in (lambda: real.step(x, x), PipelineRuntime(s, None, emulate=Costs(0.0, 0.0), shapes=(1, 8)).step):
+        ts = []
+        for i in range(repeats + 1):
+            dist.barrier(); t = time.perf_counter(); run(); dist.barrier()
+            if i: ts.append(time.perf_counter() - t)
+        out.append(statistics.median(ts))
+    return out
+
+# %% ../nbs/08_perf_model.ipynb #f1e00015
+def measure_action_overhead(world:int=2, N:int=8, repeats:int=7) -> float:
+    "Seconds the runtime adds to every compute action on this machine: a step of tiny real stages minus the same step emulated."
+    from chimera_nb.launch import launch_local
+    check_number('world', world, int, lo=2)
+    real, emulated = (statistics.median(x) for x in zip(*launch_local(_action_bench, world, N, repeats, timeout=300)))
+    actions = simulate(lower(make_schedule('1f1b', world, N)), Costs(1.0, 1.0)).makespan   # compute actions on the critical path
+    return max(0.0, real - emulated) / actions
+
 # %% ../nbs/08_perf_model.ipynb #b350cdde
 def dependency_times(s:Schedule, # a valid schedule
                      costs:Costs, # compute times (messages and all-reduces count as free)
@@ -590,12 +618,14 @@ def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
 
 # %% ../nbs/08_perf_model.ipynb #fe5739fb
 def _stage_times(s:Schedule, profile:Profile) -> list:
-    "Per-stage profiles, an estimate's times taken at the micro-batch `s` computes: halving's half micro-batches run at a lower efficiency."
-    sp, k = profile.stage_profiles(s.num_stages), s.microbatch_scale
+    "Per-stage profiles at the micro-batch `s` computes (halving's half micro-batches at an estimate's lower efficiency), each action's overhead added."
+    sp, k, o = profile.stage_profiles(s.num_stages), s.microbatch_scale, profile.action_overhead
     B = profile.micro_batch_size * k
-    if k == 1 or not profile.source.startswith('estimated:') or B < 1 or B != int(B): return sp
-    small = profile.at(int(B)).stage_profiles(s.num_stages)
-    return [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
+    if k != 1 and profile.source.startswith('estimated:') and B >= 1 and B == int(B):
+        small = profile.at(int(B)).stage_profiles(s.num_stages)
+        sp = [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
+    # per action, whatever its size: the costs scale stage times by k again, so the overhead is given as o / k
+    return [p._replace(forward_s=p.forward_s + o / k, backward_s=p.backward_s + o / k) for p in sp] if o else sp
 
 # %% ../nbs/08_perf_model.ipynb #s2080051
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
@@ -739,7 +769,8 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
     S = schedule.num_stages
     lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
-    cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated')
+    cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated',
+                              action_overhead=0.0)   # the measured stage times include it
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
     span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
     lo, hi = 0.0, max(target, 1e-9)
