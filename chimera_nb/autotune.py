@@ -9,14 +9,15 @@ __all__ = ['PAPER_NAMES', 'PAPER_SCHEMES', 'PAPER_ALL', 'schedule_choice', 'cand
            'best_per_scheme', 'PaperClaim', 'paper_claims']
 
 # %% ../nbs/09_autotune.ipynb #7fc7de36
-import dataclasses, functools, html, math, numbers, os, time
+import dataclasses, functools, heapq, html, math, numbers, os, time
 from typing import NamedTuple
 from dataclasses import dataclass, field
 from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, validate, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec
+from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound
+from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch
 
@@ -101,7 +102,8 @@ class Tuning:
     ranking: object        # pandas DataFrame, best first (column `spec`: the PipelineSpec)
     rejected: object       # pandas DataFrame: every configuration that cannot run here, with `reason`
     seconds: float         # search time
-    evaluated: int         # configurations looked at (ranked + rejected)
+    evaluated: int         # configurations looked at (ranked + rejected + pruned)
+    pruned: object = None  # pandas DataFrame: configurations whose bound cannot reach the first rows nor their schedule's best
 
     @property
     def rate(self) -> float: return self.evaluated / self.seconds if self.seconds else math.inf
@@ -119,18 +121,20 @@ class Tuning:
 # %% ../nbs/09_autotune.ipynb #s2090011
 @patch
 def __repr__(self:Tuning):
-    head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
+    cut = f"{len(self.pruned)} pruned, " if self.pruned is not None and len(self.pruned) else ''
+    head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {cut}{self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
     b = self.best
     return head + (f"; best: {label(b.make())} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
 
 # %% ../nbs/09_autotune.ipynb #s2090013
 @patch
 def _repr_html_(self:Tuning):
-    "The ten best, then the rejected configurations with their reasons, collapsed (a click opens them)."
+    "The ten best, then the rejected and the pruned configurations with their reasons, collapsed (a click opens them)."
     cols = [c for c in self.ranking.columns if c not in ('spec', 'key', 'method', 'warning')]
-    rej = self.rejected.drop(columns='spec').to_html(index=False)
+    fold = lambda df, what: (f"<details><summary>{len(df)} {what}</summary>{df.drop(columns='spec').to_html(index=False)}</details>"
+                             if df is not None and len(df) else '')
     return (f"<p>{html.escape(repr(self))}</p>" + self.ranking[cols].head(10).round(4).to_html() +
-            f"<details><summary>{len(self.rejected)} rejected configurations, with their reasons</summary>{rej}</details>")
+            fold(self.rejected, 'rejected configurations, with their reasons') + fold(self.pruned, 'pruned configurations, with their bounds'))
 
 # %% ../nbs/09_autotune.ipynb #82830e0a
 def _profiles(profile, model, hardware):
@@ -204,16 +208,50 @@ def base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, sync
     return PipelineSpec(model=m, dtype=dtype if dtype in DTYPES else 'float32', seq_len=seq, sync=sync,
                         hardware=hw if hw in HARDWARE else None)
 
+# %% ../nbs/09_autotune.ipynb #bb090002
+def _bound(c:PipelineSpec, prof_at) -> float:
+    "The most samples/s the simulator can predict for `c` (inf where `_evaluate` rejects it: no profile, too deep)."
+    prof, s = prof_at(c.B), c.make()
+    if prof is None or s.num_stages > len(prof.layers): return math.inf
+    return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W)
+
+# %% ../nbs/09_autotune.ipynb #bb090004
+class _Leaders:
+    "The best throughput of each schedule label and the `k` best overall, as a search finds them."
+    def __init__(self, k:int): self.k, self.top, self.best = k, [], {}
+
+    def add(self, group:str, throughput:float):
+        self.best[group] = max(self.best.get(group, 0.0), throughput)
+        heapq.heappush(self.top, throughput)
+        if len(self.top) > self.k: heapq.heappop(self.top)
+
+    def admits(self, group:str, cap:float) -> bool:
+        "Whether a candidate of `group` reaching at most `cap` samples/s could still be its group's best or among the k best."
+        return cap >= self.best.get(group, 0.0) or (self.k > 0 and (len(self.top) < self.k or cap >= self.top[0]))
+
+# %% ../nbs/09_autotune.ipynb #bb090006
+def _pruned(c:PipelineSpec, group:str, cap:float, k:int) -> dict:
+    "A pruned row: the configuration and the most it could reach."
+    return dict(label=group, W=c.W, D=c.D, B=c.B, N=c.N, recompute=c.recompute, max_throughput=cap,
+                reason=f"at most {sig3(cap)} samples/s: below the {k} best and {group}'s best", spec=c)
+
 # %% ../nbs/09_autotune.ipynb #s2090030
-def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:bool=True) -> tuple:
-    "(ranking rows, rejected rows) of the candidates `todo`: (spec, None) or (fields, reason) pairs."
+def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:bool=True,
+              exact:int|None=None, # prune what cannot reach the first `exact` rows nor its schedule's best (None: predict all)
+             ) -> tuple:
+    "(ranking rows, rejected rows, pruned rows) of the candidates `todo`: (spec, None) or (fields, reason) pairs."
     from tqdm.auto import tqdm
-    ok, bad = [], []
-    for c, why in tqdm(todo, desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
-        p, why = _evaluate(c, prof_at, limit, optimizer, method) if why is None else (None, why)
-        if why is None: ok.append(_row(c, p))
+    bad, pruned, done = [_rejected(c, None, why) for c, why in todo if why is not None], [], []
+    specs = [c for c, why in todo if why is None]
+    bounds = [_bound(c, prof_at) if exact is not None else math.inf for c in specs]
+    lead = _Leaders(exact or 0)
+    for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
+        c, g = specs[i], label(specs[i].make())
+        if exact is not None and not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
+        p, why = _evaluate(c, prof_at, limit, optimizer, method)
+        if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))
-    return ok, bad
+    return [r for _, r in sorted(done, key=lambda x: x[0])], bad, pruned   # in the candidates' order: ties rank as before
 
 # %% ../nbs/09_autotune.ipynb #s2090032
 def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
@@ -255,7 +293,7 @@ def _rejected(c, p, why) -> dict:
                 spec=c if isinstance(c, PipelineSpec) else None)
 
 # %% ../nbs/09_autotune.ipynb #s2090035
-def _tuning(ok, bad, seconds) -> Tuning:
+def _tuning(ok, bad, seconds, pruned=()) -> Tuning:
     import pandas as pd
     cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB',
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'key', 'warning', 'spec']
@@ -266,7 +304,8 @@ def _tuning(ok, bad, seconds) -> Tuning:
     rank = _same_runs(rank)
     rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'spec'])
     if (first := next((c for c in rank['spec'] if c is not None), None)) is not None: validate(first.make())
-    return Tuning(rank, rej, seconds, len(ok) + len(bad))
+    cut = pd.DataFrame(list(pruned), columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'max_throughput', 'reason', 'spec'])
+    return Tuning(rank, rej, seconds, len(ok) + len(bad) + len(cut), cut)
 
 # %% ../nbs/09_autotune.ipynb #a7c10004
 def _async_rows(P, Gs, names, Bs, Ds, recompute, prof_at, limit, optimizer) -> tuple:
@@ -300,6 +339,7 @@ def autotune(gpus:int, # P
              search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
              search_time:float=5.0, # seconds per searched configuration
              progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
+             exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
     if spec is not None:
@@ -313,14 +353,14 @@ def autotune(gpus:int, # P
     t0 = time.perf_counter()
     with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
         todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
-        ok, bad = _rank_all(todo, prof_at, limit, optimizer, method, progress)
+        ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None)
         asyn = _async_rows(gpus, global_batch, schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)
         ok, bad = ok + asyn[0], bad + asyn[1]
     if refine and ok: ok = _refine(ok, refine, prof_at, optimizer)
     if search and ok:
         ok.sort(key=lambda r: -r['throughput'])
         ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
-    return _tuning(ok, bad, time.perf_counter() - t0)
+    return _tuning(ok, bad, time.perf_counter() - t0, pruned)
 
 # %% ../nbs/09_autotune.ipynb #0146e072
 PAPER_SCHEMES = {'PipeDream': lambda r: r.schedule == 'pipedream', 'PipeDream-2BW': lambda r: r.schedule == 'pipedream-2bw',

@@ -8,8 +8,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
            'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead',
            'measure_action_overhead', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time',
-           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'resolve_sync', 'predict_spec', 'calibrate',
-           'plot_breakdown']
+           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'resolve_sync',
+           'predict_spec', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, make_schedule, SCHEDULES, replay
 from .program import lower, reduce_points, SYNC_POLICIES
-from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3
+from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3, lower_bound
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
 from .models import PRESETS
 from .spec import PipelineSpec, check_number
@@ -730,6 +730,15 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
                       _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' else '')
+
+# %% ../nbs/08_perf_model.ipynb #lb080002
+def predict_bound(profile:Profile, # at the micro-batch size to run
+                  schedule:Schedule, dp:int=1, # what runs, on W x D GPUs
+                 ) -> float:
+    "Seconds that `predict(profile, schedule, dp)` with the simulator never goes under, whatever the sync policy."
+    _check_schedule_fits(schedule, profile, dp)
+    sp, ar, c = _stage_terms(schedule, profile, dp)
+    return lower_bound(schedule, _costs(schedule, sp, ar, c)) + _tie_time(schedule, profile, dp)
 
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
 def resolve_sync(sync:str, profile:Profile) -> str:

@@ -239,12 +239,15 @@ def _check_schedule(s:PipelineSpec):
     "The schedule builds (the generator's own rules: even D for Chimera, N a multiple of D, ...) and fits the model."
     if s.concat == 'halving' and s.schedule == 'chimera' and s.B % 2:
         raise SpecError(f"B={s.B}: backward halving runs half micro-batches, so B must be even")
+    if s.info is not None and s.D > s.info.layers: _too_deep(s, s.D)   # every schedule runs >= D stages: say so before building one
     try: sch = s.make()
     except (ValueError, TypeError) as e:   # one line, the validator's reasons joined
         raise SpecError(f"{s.schedule} with D={s.D}, N={s.N}: " + '; '.join(l.strip() for l in str(e).splitlines() if l.strip())) from e
-    if s.info is not None and sch.num_stages > s.info.layers:
-        raise SpecError(f"D={s.D}: {s.schedule} runs {sch.num_stages} stages, but {s.model} has {s.info.layers} layers "
-                        f"(embeddings, blocks, head): use a smaller D or a deeper model")
+    if s.info is not None and sch.num_stages > s.info.layers: _too_deep(s, sch.num_stages)
+
+def _too_deep(s:PipelineSpec, stages:int):
+    raise SpecError(f"D={s.D}: {s.schedule} runs {stages} stages, but {s.model} has {s.info.layers} layers "
+                    f"(embeddings, blocks, head): use a smaller D or a deeper model")
 
 # %% ../nbs/00b_spec.ipynb #dd84c0a7
 from fastcore.basics import patch
@@ -256,10 +259,15 @@ def _parse_order(text:str) -> Schedule:
     return validate(Schedule.from_text(text))
 
 # %% ../nbs/00b_spec.ipynb #c752df72
+@functools.lru_cache(maxsize=4096)
+def _generate(name:str, D:int, N:int, options:tuple) -> Schedule:
+    "The generator's order, once per shape: with and without recomputation it is the same."
+    return make_schedule(name, D, N, check=False, **dict(options))   # the built-in generators are validated by the tests (every schedule, property tests); their own checks still run
+
 @functools.lru_cache(maxsize=8192)
 def _build(name:str, D:int, N:int, options:tuple, recompute:bool) -> Schedule:
     "Schedules, built once per shape: a search makes many specs of few shapes."
-    s = make_schedule(name, D, N, check=False, **dict(options))   # the built-in generators are validated by the tests (every schedule, property tests); their own checks still run
+    s = _generate(name, D, N, options)
     return dataclasses.replace(s, recompute=True) if recompute and not s.recompute else s
 
 # %% ../nbs/00b_spec.ipynb #53d395be
