@@ -209,11 +209,11 @@ def base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, sync
                         hardware=hw if hw in HARDWARE else None)
 
 # %% ../nbs/09_autotune.ipynb #bb090002
-def _bound(c:PipelineSpec, prof_at) -> float:
+def _bound(c:PipelineSpec, prof_at, replayed:bool=False) -> float:
     "The most samples/s the simulator can predict for `c` (inf where `_evaluate` rejects it: no profile, too deep)."
     prof, s = prof_at(c.B), c.make()
     if prof is None or s.num_stages > len(prof.layers): return math.inf
-    return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W)
+    return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W, replayed)
 
 # %% ../nbs/09_autotune.ipynb #bb090004
 class _Leaders:
@@ -248,6 +248,7 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
     for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
         c, g = specs[i], label(specs[i].make())
         if exact is not None and not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
+        if exact is not None and not lead.admits(g, cap := _bound(c, prof_at, replayed=True)): pruned.append(_pruned(c, g, cap, exact)); continue
         p, why = _evaluate(c, prof_at, limit, optimizer, method)
         if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))

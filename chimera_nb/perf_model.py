@@ -692,19 +692,24 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     else: w = 0.0
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
 
+# %% ../nbs/08_perf_model.ipynb #bb080010
+def _bare(s:Schedule, costs:Costs) -> tuple:
+    "(compute span, bubble ratio) with free messages and all-reduces: the order replayed, which is what simulating the program gives."
+    ran = replay(s, costs.action_costs(s))[0]
+    span = max((t for *_, t in ran), default=0.0)
+    return span, (1 - sum(t - t0 for _, _, t0, t in ran) / (span * s.num_ranks) if span > 0 else 0.0)
+
 # %% ../nbs/08_perf_model.ipynb #s2080060
 def _simulated(s, sp, ar, c, dp, sync):
-    "Simulate the lowered program twice: with everything, and without communication (the all-reduce tail is what follows the last compute)."
-    prog = lower(s, sync, dp)
-    full = simulate(prog, _costs(s, sp, ar, c))
+    "Simulate the lowered program once with everything; the compute alone is its order replayed (the all-reduce tail is what follows the last compute)."
+    full = simulate(lower(s, sync, dp), _costs(s, sp, ar, c))
     # all-reduces never delay compute in the program (issued after it, waited at the end), so the compute ends where it would
     # without them: equal to a third simulation without all-reduce, over 288 configurations of six schedules (2026-11-25)
     no_ar = max((e.end for e in full.events if e.kind in ('F', 'B', 'W')), default=full.makespan)
-    bare = simulate(prog, _costs(s, sp, ar, c, p2p=False, reduce=False)) if c else None
-    bare_span = bare.makespan if bare else no_ar
-    busy = statistics.fmean(full.busy(r) for r in range(s.num_ranks))
+    bare_span, bubble = _bare(s, _costs(s, sp, ar, c, p2p=False, reduce=False)) if c else (no_ar, full.bubble_ratio)
+    busy = sum(e.end - e.start for e in full.events if e.kind in ('F', 'B', 'W')) / s.num_ranks   # the mean rank's, in one pass
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
-    return full.makespan, (bare or full).bubble_ratio, bd, float('nan'), float('nan'), full
+    return full.makespan, bubble, bd, float('nan'), float('nan'), full
 
 # %% ../nbs/08_perf_model.ipynb #s2080062
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
@@ -734,11 +739,15 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
 # %% ../nbs/08_perf_model.ipynb #lb080002
 def predict_bound(profile:Profile, # at the micro-batch size to run
                   schedule:Schedule, dp:int=1, # what runs, on W x D GPUs
+                  replayed:bool=False, # also time the order itself, compute only (tighter where bubbles dominate; costs about a simulation)
                  ) -> float:
     "Seconds that `predict(profile, schedule, dp)` with the simulator never goes under, whatever the sync policy."
     _check_schedule_fits(schedule, profile, dp)
     sp, ar, c = _stage_terms(schedule, profile, dp)
-    return lower_bound(schedule, _costs(schedule, sp, ar, c)) + _tie_time(schedule, profile, dp)
+    costs = _costs(schedule, sp, ar, c)
+    bound = lower_bound(schedule, costs)
+    if replayed: bound = max(bound, max((t for *_, t in replay(schedule, costs.action_costs(schedule))[0]), default=0.0))
+    return bound + _tie_time(schedule, profile, dp)
 
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
 def resolve_sync(sync:str, profile:Profile) -> str:
