@@ -159,14 +159,17 @@ def _estimate(model, hardware, B) -> Profile:
     return _EST[key]
 
 # %% ../nbs/09_autotune.ipynb #s2090017
+def _known(prof:Profile|None, c:PipelineSpec, method:str, optimizer:str) -> Prediction|None:
+    "The prediction an earlier search made of `c` on this very profile, else None."
+    hit = _PRED.get((id(prof), c, method, optimizer)) if prof is not None else None
+    return hit[1] if hit is not None and hit[0] is prof else None
+
 def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Prediction:
     "predict(), cached per (profile, spec): searching again with another limit costs nothing."
-    key = (id(prof), c, method, optimizer)
-    hit = _PRED.get(key)
-    if hit is not None and hit[0] is prof: return hit[1]
+    if (p := _known(prof, c, method, optimizer)) is not None: return p
     if len(_PRED) > 50000: _PRED.clear()
     p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof), method, optimizer)
-    _PRED[key] = (prof, p)
+    _PRED[(id(prof), c, method, optimizer)] = (prof, p)
     return p
 
 # %% ../nbs/09_autotune.ipynb #s2090019
@@ -243,12 +246,14 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
     from tqdm.auto import tqdm
     bad, pruned, done = [_rejected(c, None, why) for c, why in todo if why is not None], [], []
     specs = [c for c, why in todo if why is None]
-    bounds = [_bound(c, prof_at) if exact is not None else math.inf for c in specs]
+    known = [_known(prof_at(c.B), c, method, optimizer) for c in specs]   # predicted by an earlier search: never pruned
+    bounds = [k.throughput if k else _bound(c, prof_at) if exact is not None else math.inf for c, k in zip(specs, known)]
     lead = _Leaders(exact or 0)
     for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
         c, g = specs[i], label(specs[i].make())
-        if exact is not None and not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
-        if exact is not None and not lead.admits(g, cap := _bound(c, prof_at, replayed=True)): pruned.append(_pruned(c, g, cap, exact)); continue
+        if exact is not None and known[i] is None:
+            if not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
+            if not lead.admits(g, cap := _bound(c, prof_at, replayed=True)): pruned.append(_pruned(c, g, cap, exact)); continue
         p, why = _evaluate(c, prof_at, limit, optimizer, method)
         if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))
