@@ -692,12 +692,24 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     else: w = 0.0
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
 
+# %% ../nbs/08_perf_model.ipynb #bb080009
+_SPAN = {}
+def _replay_span(s:Schedule, costs:Costs) -> tuple:
+    "(compute span, summed compute) of `s` replayed with free messages; cached per schedule and durations (a search asks twice)."
+    d = costs.action_costs(s)
+    key = (id(s), tuple(tuple(v) for v in d.values()))
+    hit = _SPAN.get(key)
+    if hit is not None and hit[0] is s: return hit[1]
+    if len(_SPAN) > 4096: _SPAN.clear()
+    ran = replay(s, d)[0]
+    _SPAN[key] = (s, (max((t for *_, t in ran), default=0.0), sum(t - t0 for _, _, t0, t in ran)))
+    return _SPAN[key][1]
+
 # %% ../nbs/08_perf_model.ipynb #bb080010
 def _bare(s:Schedule, costs:Costs) -> tuple:
     "(compute span, bubble ratio) with free messages and all-reduces: the order replayed, which is what simulating the program gives."
-    ran = replay(s, costs.action_costs(s))[0]
-    span = max((t for *_, t in ran), default=0.0)
-    return span, (1 - sum(t - t0 for _, _, t0, t in ran) / (span * s.num_ranks) if span > 0 else 0.0)
+    span, work = _replay_span(s, costs)
+    return span, (1 - work / (span * s.num_ranks) if span > 0 else 0.0)
 
 # %% ../nbs/08_perf_model.ipynb #s2080060
 def _simulated(s, sp, ar, c, dp, sync):
@@ -746,7 +758,7 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
     sp, ar, c = _stage_terms(schedule, profile, dp)
     costs = _costs(schedule, sp, ar, c)
     bound = lower_bound(schedule, costs)
-    if replayed: bound = max(bound, max((t for *_, t in replay(schedule, costs.action_costs(schedule))[0]), default=0.0))
+    if replayed: bound = max(bound, _replay_span(schedule, costs)[0])
     return bound + _tie_time(schedule, profile, dp)
 
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
