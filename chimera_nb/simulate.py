@@ -54,8 +54,8 @@ class Costs:
 # %% ../nbs/01_simulate.ipynb #s2010005
 @patch
 def per_stage(self:Costs, what:str, s:Schedule) -> list:
-    "The `what` times of every stage of `s` (a scalar scaled by the stage size), times the micro-batch size."
-    v, k = getattr(self, what), s.microbatch_scale
+    "The `what` times of every stage of `s` (a scalar scaled by the stage size), times the micro-batch size (not the all-reduce's: it moves weights)."
+    v, k = getattr(self, what), (1.0 if what == 'allreduce' else s.microbatch_scale)
     if isinstance(v, float): return [v * s.stage_fraction * k] * s.num_stages
     if len(v) != s.num_stages:
         raise ValueError(f"Costs.{what} has {len(v)} values but the schedule has {s.num_stages} stages: "
