@@ -11,7 +11,8 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .partition import OPTIMIZER_STATES
-from .perf_model import Profile, Prediction, Breakdown, allreduce_time, estimate_profile, predict, HARDWARE
+from .perf_model import Profile, Prediction, Breakdown, allreduce_time, estimate_profile, predict, HARDWARE, _stage_times, _tie_time
+from .schedules import make_schedule
 
 # %% ../nbs/08a_baselines.ipynb #a51c0002
 class AsyncScheme(NamedTuple):
@@ -41,11 +42,14 @@ def predict_async(profile:Profile, # at the micro-batch size to run
                   recompute:bool=False, optimizer:str='adamw', memory:bool=True) -> Prediction:
     "Steady-state iteration time and memory of an asynchronous baseline (`ASYNC_SCHEMES`): 1F1B with no flush."
     if scheme not in ASYNC_SCHEMES: raise ValueError(f"unknown asynchronous scheme {scheme!r}: choose one of {list(ASYNC_SCHEMES)}")
-    a, sp = ASYNC_SCHEMES[scheme], profile.stage_profiles(D)
+    flat = make_schedule('1f1b', D, N)   # the same stages on the same ranks: its per-action overhead and tied copies apply alike
+    a, sp, ov = ASYNC_SCHEMES[scheme], _stage_times(flat, profile), profile.comm_overlaps
     ar = [allreduce_time(dp, p.param_bytes, profile.ar_alpha, profile.ar_beta) for p in sp]
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
-    step = [c + (max(0.0, ari - p.backward_s) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
-    t = max(N * max(step), 0.0 if a.per_microbatch else max(ar))
+    hidden = lambda ari, p: max(0.0, ari - p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
+    step = [c + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
+    tail = 0.0 if a.per_microbatch else max(ar)   # 2BW: once per iteration, behind the next one's compute if it can be
+    t = (max(N * max(step), tail) if ov else N * max(step) + tail) + _tie_time(flat, profile, dp)
     busy = N * statistics.fmean(comp)
     mem = _async_memory(a, sp, recompute, optimizer) if memory else [0.0] * D
     bd = Breakdown(busy, 0.0, N * max(comp) - busy, t - N * max(comp))

@@ -296,18 +296,18 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
     s, B, dt = int(seq_len or s0), int(check_number('micro_batch_size', micro_batch_size, int, lo=1)), dtype or hardware.dtype
     if dt not in _DTYPE_BYTES: raise ValueError(f"dtype must be one of {list(_DTYPE_BYTES)}, got {dt!r}")
     e, tok, rate = _DTYPE_BYTES[dt], B * s, hardware.flops_at(B * s)
-    msg = tok * h * e
+    w, msg = max(e, 4), tok * h * e   # weights (and logits) in fp32, or fp64 when training in float64
     def layer(name, flops_per_tok, params, saved, work):
         f = flops_per_tok * tok / rate
-        return LayerProfile(name, params, 4 * params, f, hardware.backward_ratio * f, int(saved), msg, msg, int(saved + 4 * params + work))
+        return LayerProfile(name, params, w * params, f, hardware.backward_ratio * f, int(saved), msg, msg, int(saved + w * params + work))
     block = layer('block', 2 * (4 * h * h + 2 * h * ffn) + 4 * s * h, 4 * h * h + 2 * h * ffn + ffn + 9 * h,
                   B * s * h * (34 + 5 * a * s / h) * e / 2, B * a * s * s * e)
     embed = layer('embed', 0, (V + pos + (2 if fam == 'bert' else 0)) * h + 2 * h, 0, msg)
     head = layer('head', 2 * h * V + (2 * h * h if fam == 'bert' else 0), h * V + V + (h * h + 3 * h if fam == 'bert' else 2 * h),
-                 tok * (V + 2 * h) * 4, 2 * tok * V * 4)
+                 tok * (V + 2 * h) * w, 2 * tok * V * w)
     return Profile(model, B, s, dt, [embed] + [block._replace(name=f'block{i}') for i in range(L)] + [head],
                    hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
-                   ties=[((0, L + 1), 4 * V * h)],  # the head's decoder is the word embedding (models.build ties them)
+                   ties=[((0, L + 1), w * V * h)],  # the head's decoder is the word embedding (models.build ties them)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(_versions()),
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -494,17 +494,20 @@ class ShapeInfo(NamedTuple):
     reduce_starts: list     # (stage, start at F = 1) of each all-reduce, when the last replica issued it
     compute_end: list       # per rank, its last compute's end at F = 1
     timeline: Timeline      # the compute at F = 1 (memory estimates read its order)
+    hops: int = 0           # forwards and backwards on the critical path: each sends one message, whatever its size
 
 # %% ../nbs/08_perf_model.ipynb #14ce29f3
 def _unit_costs(s:Schedule, ratio:float) -> Costs:
-    "F = 1 and B_t = `ratio` (recomputation's forward included); split backwards: B = W = ratio/2."
-    if s.split_backward: return Costs(1.0, max(0.0, ratio / 2 - (1 if s.recompute else 0)), ratio / 2, allreduce=1e-9)
-    return Costs(1.0, ratio - (1.0 if s.recompute else 0.0), allreduce=1e-9)
+    "F = 1 and B_t = `ratio` (recomputation's forward included, and all of it in B); split backwards: B = W, the rest halved."
+    rest = max(0.0, ratio - (1.0 if s.recompute else 0.0))   # the backward proper; `Costs` adds the recomputed forward to B
+    return Costs(1.0, rest / 2, rest / 2, allreduce=1e-9) if s.split_backward else Costs(1.0, rest, allreduce=1e-9)
 
-def _count(kinds, s:Schedule) -> tuple:
-    "(forwards, backwards) of actions of these `kinds` in units of a full micro-batch of one of D stages."
+def _count(kinds, s:Schedule, ratio:float=2.0) -> tuple:
+    "(forwards, backwards) of actions of these `kinds` in units of a full micro-batch of one of D stages (split: B and W as their shares of B_t)."
     kinds, k = list(kinds), s.stage_fraction * s.microbatch_scale
-    return k * kinds.count('F'), k * (0.5 if s.split_backward else 1.0) * (kinds.count('B') + kinds.count('W'))
+    if not s.split_backward: return k * kinds.count('F'), k * kinds.count('B')
+    wb = (ratio + 1) / (2 * ratio) if s.recompute else 0.5   # the recomputed forward is all in B (`_unit_costs`)
+    return k * kinds.count('F'), k * (wb * kinds.count('B') + (1 - wb) * kinds.count('W'))
 
 # %% ../nbs/08_perf_model.ipynb #9638fc8e
 def _reduce_starts(s:Schedule, sync:str, dp_width:int, end:dict, rank_end:list) -> list:
@@ -524,15 +527,17 @@ def shape_info(s:Schedule, # a schedule (its recompute flag counts)
               ) -> ShapeInfo:
     "C_f, C_b, per-rank work and all-reduce starts of `s` (cached per shape and ratio)."
     ratio = (3.0 if s.recompute else 2.0) if ratio is None else min(max(round(ratio * 20) / 20, 1.0 if s.recompute else 0.05), 20.0)
-    key = (s.name, s.num_ranks, s.microbatches, tuple(sorted(s.options.items())), s.recompute, s.microbatch_scale, sync, dp_width > 1, ratio)
-    if key in _SHAPES: return _SHAPES[key]
+    key = (id(s), sync, dp_width > 1, ratio)   # this very schedule: custom orders and forward-only ones share names and sizes
+    hit = _SHAPES.get(key)
+    if hit is not None and hit.schedule is s: return hit
     events, held_by = dependency_times(s, _unit_costs(s, ratio))
     tl = Timeline.from_schedule(s, events)
-    cf, cb = _count((a[0] for a in critical_path(events, held_by)), s)
-    work = [_count((e.kind for e in tl.rank_events(r)), s) for r in range(s.num_ranks)]
+    path = [a[0] for a in critical_path(events, held_by)]
+    cf, cb = _count(path, s, ratio)
+    work = [_count((e.kind for e in tl.rank_events(r)), s, ratio) for r in range(s.num_ranks)]
     ends = [max((e.end for e in tl.rank_events(r)), default=0.0) for r in range(s.num_ranks)]
     ar = _reduce_starts(s, sync, dp_width, {(e.kind, e.stage, e.microbatch, e.pipe): e.end for e in events}, ends)
-    info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends, tl)
+    info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends, tl, sum(k in 'FB' for k in path))
     if len(_SHAPES) > 20000: _SHAPES.clear()
     _SHAPES[key] = info
     return info
@@ -624,15 +629,17 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
     if k != 1 and profile.source.startswith('estimated:') and B >= 1 and B == int(B):
         small = profile.at(int(B)).stage_profiles(s.num_stages)
         sp = [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
-    # per action, whatever its size: the costs scale stage times by k again, so the overhead is given as o / k
-    return [p._replace(forward_s=p.forward_s + o / k, backward_s=p.backward_s + o / k) for p in sp] if o else sp
+    # per action, whatever its size: the costs scale stage times by k again, so the overhead is given as o / k; a split
+    # backward runs as two actions (B and W, each half of backward_s), so it pays twice
+    ob = o / k * (2 if s.split_backward else 1)
+    return [p._replace(forward_s=p.forward_s + o / k, backward_s=p.backward_s + ob) for p in sp] if o else sp
 
 # %% ../nbs/08_perf_model.ipynb #s2080051
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
     sp = _stage_times(s, profile)
     ar = [allreduce_time(len(s.replicas(i)) * dp, p.param_bytes, profile.ar_alpha, profile.ar_beta) for i, p in enumerate(sp)]
-    msg = max((p.out_bytes for p in sp[:-1]), default=0)
+    msg = max((p.out_bytes for p in sp[:-1]), default=0) * s.microbatch_scale   # halving sends half micro-batches
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
     return sp, ar, c
 
@@ -676,11 +683,11 @@ def _analytic(s, sp, ar, c, dp, sync):
     F = max(p.forward_s for p in sp) / k
     Bt = max(p.backward_s + (p.forward_s if s.recompute else 0.0) for p in sp) / k
     info = shape_info(s, sync, dp, Bt / F if F > 0 else None)
-    comp = (F + c) * info.cf + (Bt + c) * info.cb
+    comp = F * info.cf + Bt * info.cb + c * info.hops   # a message per forward and backward on the path, whatever its size
     scale = comp / info.span if info.span else 0.0
     u = unoverlapped(info, scale, ar)
     busy = statistics.fmean(f * F + b * Bt for f, b in info.work)
-    bd = Breakdown(busy, c * (info.cf + info.cb), comp - busy - c * (info.cf + info.cb), u)
+    bd = Breakdown(busy, c * info.hops, comp - busy - c * info.hops, u)
     return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb, info.timeline
 
 # %% ../nbs/08_perf_model.ipynb #09d496f4
@@ -799,7 +806,7 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
     S = schedule.num_stages
     lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
-    cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=profile.source + '+calibrated',
+    cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=f'calibrated from {profile.source}',   # measured now: `at` scales it, never re-estimates
                               action_overhead=0.0)   # the measured stage times include it
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
     span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
