@@ -189,13 +189,15 @@ def memory_changes(self:Timeline,
     idx = self.__dict__.get('_mem_changes')
     if idx is None or idx[0] is not self.events or idx[1] != len(self.events): idx = self._mem_changes = (self.events, len(self.events), {})
     if rank not in idx[2]:
-        frees, out = ('W' if self.split_backward else 'B'), []
+        inference = not any(e.kind == 'B' for e in self.events)   # forward-only: an activation lives only while its forward runs
+        frees, out = ('F' if inference else 'W' if self.split_backward else 'B'), []
         for e in self.rank_events(rank):
-            if e.kind == 'F': out.append((e.start, 1, e.stage, 'i' if self.recompute else 'a'))
+            keeps_input = self.recompute and not inference
+            if e.kind == 'F': out.append((e.start, 1, e.stage, 'i' if keeps_input else 'a'))
             elif e.kind == 'B' and self.recompute: out.append((e.start, 1, e.stage, 'a'))
             if e.kind == frees:
                 out.append((e.end, -1, e.stage, 'a'))
-                if self.recompute: out.append((e.end, -1, e.stage, 'i'))
+                if keeps_input: out.append((e.end, -1, e.stage, 'i'))
         out.sort(key=lambda c: (c[0], c[1]))
         idx[2][rank] = out
     return idx[2][rank]
