@@ -8,8 +8,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
            'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead',
            'measure_action_overhead', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time',
-           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'resolve_sync',
-           'predict_spec', 'calibrate', 'plot_breakdown']
+           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory',
+           'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -645,13 +645,13 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
 
 # %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
-def _memory(s:Schedule, sp, optimizer:str, tl:Timeline) -> list:
-    "Bytes per rank from the partitioner's estimate, on the order of timeline `tl` (cached per schedule and stage bytes)."
+def _memory(s:Schedule, sp, optimizer:str, tl) -> list:
+    "Bytes per rank from the partitioner's estimate, on the order of timeline `tl` (or of `tl()`, made on a miss; cached per schedule and stage bytes)."
     key = (id(s), optimizer, tuple((p.param_bytes, p.saved_bytes, p.in_bytes, p.out_bytes, p.peak_bytes) for p in sp))
     hit = _MEM.get(key)
     if hit is not None and hit[0] is s: return hit[1]
     if len(_MEM) > 50000: _MEM.clear()
-    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, timeline=tl, as_frame=False)]
+    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, timeline=tl() if callable(tl) else tl, as_frame=False)]
     _MEM[key] = (s, out)
     return out
 
@@ -700,22 +700,31 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
 
 # %% ../nbs/08_perf_model.ipynb #bb080009
-_SPAN = {}
-def _replay_span(s:Schedule, costs:Costs) -> tuple:
-    "(compute span, summed compute) of `s` replayed with free messages; cached per schedule and durations (a search asks twice)."
+_RAN = {}
+def _replayed(s:Schedule, costs:Costs) -> tuple:
+    """(actions as run, {(rank, stage): its last end}) of `s` replayed with `costs`' action times, messages free. A search
+    asks three times per candidate (its cap, its memory, its bubbles), so the last few are kept."""
     d = costs.action_costs(s)
     key = (id(s), tuple(tuple(v) for v in d.values()))
-    hit = _SPAN.get(key)
+    hit = _RAN.get(key)
     if hit is not None and hit[0] is s: return hit[1]
-    if len(_SPAN) > 4096: _SPAN.clear()
-    ran = replay(s, d)[0]
-    _SPAN[key] = (s, (max((t for *_, t in ran), default=0.0), sum(t - t0 for _, _, t0, t in ran)))
-    return _SPAN[key][1]
+    if len(_RAN) > 64: _RAN.clear()
+    ran, last = replay(s, d)[0], {}
+    for r, a, _, t in ran: last[(r, a[1])] = t   # each rank's actions are listed in the order it runs them
+    _RAN[key] = (s, (ran, last))
+    return ran, last
+
+def _replay_span(s:Schedule, costs:Costs) -> tuple:
+    "(compute span, summed compute, the end no all-reduce can beat: each stage's starts after its last backward on each rank)."
+    ran, last = _replayed(s, costs)
+    ar = costs.per_stage('allreduce', s)
+    reduced = 0.0 if s.forward_only else max((t + ar[st] for (r, st), t in last.items()), default=0.0)
+    return max((t for *_, t in ran), default=0.0), sum(t - t0 for _, _, t0, t in ran), reduced
 
 # %% ../nbs/08_perf_model.ipynb #bb080010
 def _bare(s:Schedule, costs:Costs) -> tuple:
     "(compute span, bubble ratio) with free messages and all-reduces: the order replayed, which is what simulating the program gives."
-    span, work = _replay_span(s, costs)
+    span, work, _ = _replay_span(s, costs)
     return span, (1 - work / (span * s.num_ranks) if span > 0 else 0.0)
 
 # %% ../nbs/08_perf_model.ipynb #s2080060
@@ -765,8 +774,18 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
     sp, ar, c = _stage_terms(schedule, profile, dp)
     costs = _costs(schedule, sp, ar, c)
     bound = lower_bound(schedule, costs)
-    if replayed: bound = max(bound, _replay_span(schedule, costs)[0])
+    if replayed: bound = max(bound, *_replay_span(schedule, costs)[::2])   # its compute in order, its all-reduces after it
     return bound + _tie_time(schedule, profile, dp)
+
+# %% ../nbs/08_perf_model.ipynb #pm080002
+def predict_memory(profile:Profile, # at the micro-batch size to run
+                   schedule:Schedule, optimizer:str='adamw',
+                  ) -> list:
+    "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (replayed, messages free)."
+    _check_schedule_fits(schedule, profile, 1)
+    sp, new = _stage_times(schedule, profile), tuple.__new__
+    timed = lambda: [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in _replayed(schedule, _costs(schedule, sp, 0.0, 0.0))[0]]
+    return _memory(schedule, sp, optimizer, lambda: Timeline.from_schedule(schedule, timed()))
 
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
 def resolve_sync(sync:str, profile:Profile) -> str:

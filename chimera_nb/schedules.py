@@ -11,7 +11,7 @@ __all__ = ['KINDS', 'MAX_RANKS', 'MAX_STAGES', 'MAX_MICROBATCHES', 'MAX_ACTIONS'
            'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'make_schedule']
 
 # %% ../nbs/00_schedules.ipynb #e0ff0cdb
-import contextlib, csv, gc, heapq, inspect, io, numbers, re
+import contextlib, csv, functools, gc, heapq, inspect, io, numbers, re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple, Callable, Iterable
@@ -576,16 +576,21 @@ def _zero_bubble_listed(D:int, N:int, pipes:int) -> list:
     return list_schedule(place, D, D, acts, prio, allow)
 
 # %% ../nbs/00_schedules.ipynb #zb000002
+@functools.lru_cache(maxsize=128)
+def _zero_bubble_units(D:int, pipes:int, units:int) -> tuple:
+    "The list-scheduled orders of one or two units (read-only: every longer order is built from them)."
+    return tuple(tuple(o) for o in _zero_bubble_listed(D, units * D, pipes))
+
 def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
     "Zero-bubble Chimera's orders: one and two units list-scheduled, each further unit the block the second one inserted."
-    if N <= 2 * D: return _zero_bubble_listed(D, N, pipes)
+    if N <= 2 * D: return [list(o) for o in _zero_bubble_units(D, pipes, N // D)]
     per, new, more = D // pipes, tuple.__new__, N // D - 1
     shifted = lambda acts, k: [new(Action, (a[0], a[1], a[2] + k * per, a[3])) for a in acts]   # k units later
     out = []
-    for one, two in zip(_zero_bubble_listed(D, D, pipes), _zero_bubble_listed(D, 2 * D, pipes)):
+    for one, two in zip(_zero_bubble_units(D, pipes, 1), _zero_bubble_units(D, pipes, 2)):
         n = next((i for i, (x, y) in enumerate(zip(one, two)) if x != y), len(one))   # the common start
         block, tail = two[n:len(two) - (len(one) - n)], one[n:]
-        out.append(one[:n] + [a for k in range(more) for a in shifted(block, k)] + shifted(tail, more))
+        out.append(list(one[:n]) + [a for k in range(more) for a in shifted(block, k)] + shifted(tail, more))
     return out
 
 # %% ../nbs/00_schedules.ipynb #4876c22c

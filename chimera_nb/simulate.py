@@ -189,9 +189,10 @@ def memory_changes(self:Timeline,
     idx = self.__dict__.get('_mem_changes')
     if idx is None or idx[0] is not self.events or idx[1] != len(self.events): idx = self._mem_changes = (self.events, len(self.events), {})
     if rank not in idx[2]:
-        inference = not any(e.kind == 'B' for e in self.events)   # forward-only: an activation lives only while its forward runs
+        evs = self.rank_events(rank)
+        inference = not any(e.kind == 'B' for e in evs)   # forward-only: an activation lives only while its forward runs
         frees, out = ('F' if inference else 'W' if self.split_backward else 'B'), []
-        for e in self.rank_events(rank):
+        for e in evs:
             keeps_input = self.recompute and not inference
             if e.kind == 'F': out.append((e.start, 1, e.stage, 'i' if keeps_input else 'a'))
             elif e.kind == 'B' and self.recompute: out.append((e.start, 1, e.stage, 'a'))
