@@ -16,7 +16,7 @@ from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory
+from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory, cross_check
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch
@@ -168,7 +168,7 @@ def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Predict
     "predict(), cached per (profile, spec): searching again with another limit costs nothing."
     if (p := _known(prof, c, method, optimizer)) is not None: return p
     if len(_PRED) > 50000: _PRED.clear()
-    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof), method, optimizer)
+    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof), method, optimizer, cross_check=False)   # `_checked` adds it to the first rows
     _PRED[(id(prof), c, method, optimizer)] = (prof, p)
     return p
 
@@ -261,6 +261,14 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
         if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))
     return [r for _, r in sorted(done, key=lambda x: x[0])], bad, pruned   # in the candidates' order: ties rank as before
+
+# %% ../nbs/09_autotune.ipynb #cc090001
+def _checked(ok:list, n:int, prof_at) -> list:
+    "The rows, the `n` best with Eq. (1)'s cross-check in `warning` (a search predicts without it: the rows users read get it)."
+    for r in sorted((r for r in ok if r['spec'] is not None and r['method'] == 'simulate'), key=lambda r: -r['throughput'])[:n]:
+        c, prof = r['spec'], prof_at(r['spec'].B)
+        r['warning'] = cross_check(prof, c.make(), c.W, resolve_sync(c.sync, prof), r['iteration_s'])[1]
+    return ok
 
 # %% ../nbs/09_autotune.ipynb #s2090032
 def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
@@ -362,6 +370,7 @@ def autotune(gpus:int, # P
     with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
         todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
         ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None)
+        ok = _checked(ok, exact or 10, prof_at)
         asyn = _async_rows(gpus, global_batch, schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)
         ok, bad = ok + asyn[0], bad + asyn[1]
     if refine and ok: ok = _refine(ok, refine, prof_at, optimizer)

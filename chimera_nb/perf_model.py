@@ -9,7 +9,7 @@ __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_
            'CommProfile', 'measure_comm', 'profile_layers_as', 'profile_model', 'measure_overhead',
            'measure_action_overhead', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time',
            'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory',
-           'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
+           'cross_check', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -747,6 +747,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             method:str='simulate', # 'simulate' (the lowered program, every stage's own costs) or 'analytic' (Eq. 1)
             optimizer:str='adamw',
             memory:bool=True, # also estimate memory (partition.memory_estimate)
+            cross_check:bool=True, # simulated: also Eq. (1) (`eq1_s`, and `warning` when over 10% off); a search checks its first rows only
            ) -> Prediction:
     "Predict one iteration of `schedule` with `profile`'s costs on W x D GPUs (simulated: Eq. (1) is kept as the cross-check)."
     _check_schedule_fits(schedule, profile, dp)
@@ -755,14 +756,14 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
     policy, tie = sync if profile.comm_overlaps else 'end', _tie_time(s, profile, dp)
-    eq1 = _analytic(s, sp, ar, c, dp, policy)
+    eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5 + (None,)
     t, bubble, bd, cf, cb, tl = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
     t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
     mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
-                      _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' else '')
+                      _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' and cross_check else '')
 
 # %% ../nbs/08_perf_model.ipynb #lb080002
 def predict_bound(profile:Profile, # at the micro-batch size to run
@@ -773,7 +774,7 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
     _check_schedule_fits(schedule, profile, dp)
     sp, ar, c = _stage_terms(schedule, profile, dp)
     costs = _costs(schedule, sp, ar, c)
-    bound = lower_bound(schedule, costs)
+    bound = lower_bound(schedule, costs, dp)
     if replayed: bound = max(bound, *_replay_span(schedule, costs)[::2])   # its compute in order, its all-reduces after it
     return bound + _tie_time(schedule, profile, dp)
 
@@ -786,6 +787,15 @@ def predict_memory(profile:Profile, # at the micro-batch size to run
     sp, new = _stage_times(schedule, profile), tuple.__new__
     timed = lambda: [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in _replayed(schedule, _costs(schedule, sp, 0.0, 0.0))[0]]
     return _memory(schedule, sp, optimizer, lambda: Timeline.from_schedule(schedule, timed()))
+
+# %% ../nbs/08_perf_model.ipynb #cc080001
+def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `predict` was asked
+                simulated_s:float, # its simulated iteration
+               ) -> tuple:
+    "(Eq. (1)'s seconds, one line when they are over 10% off `simulated_s`): `predict`'s cross-check for a prediction made without it."
+    sp, ar, c = _stage_terms(schedule, profile, dp)
+    eq1 = _analytic(schedule, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')[0] + _tie_time(schedule, profile, dp)
+    return eq1, _disagreement(simulated_s, eq1, sp)
 
 # %% ../nbs/08_perf_model.ipynb #8d171c5c
 def resolve_sync(sync:str, profile:Profile) -> str:

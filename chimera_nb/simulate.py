@@ -382,13 +382,17 @@ from operator import itemgetter
 
 def lower_bound(s:Schedule, # what runs
                 costs:Costs|None=None, # the simulator's durations (unit F and B by default)
+                dp:int=1, # data-parallel replicas it is lowered for (> 1: every stage all-reduces, not only replicated ones)
                ) -> float:
     "A makespan no simulation of `s` can beat: each rank's compute between its head and tail chains, or one micro-batch's chain."
     costs = costs or Costs()
-    cost, hop = costs.action_costs(s), costs.transfer(s)
+    cost, hop, ar = costs.action_costs(s), costs.transfer(s), costs.per_stage('allreduce', s)
     per_rank = (Counter(map(itemgetter(0, 1), o)) for o in s.orders)   # (kind, stage) -> count, at C speed
     busy = [sum(cost[k][st] * n for (k, st), n in c.items()) for c in per_rank]
     head, tail = _chain_ends(s, cost, hop)
+    if not s.forward_only:   # the all-reduce of the stage a rank computes last starts after it: at least its cheapest stage's
+        reduced = lambda st: ar[st] if dp > 1 or len(s.replicas(st)) > 1 else 0.0
+        tail = [max(t, min((reduced(st) for st in s.stages_of(r)), default=0.0)) for r, t in enumerate(tail)]
     hops = min(sum(s.placement[(p, st)] != s.placement[(p, st + 1)] for st in range(s.num_stages - 1)) for p in range(s.num_pipes))
     chain = sum(cost['F']) + hops * hop + (0.0 if s.forward_only else sum(cost['B']) + hops * hop)
     return max(max(h + x + t for h, x, t in zip(head, busy, tail)), chain)
