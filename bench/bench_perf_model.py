@@ -2,16 +2,16 @@
 
 1. Real compute, D = 2 ranks x 1 thread (gloo): a tiny BERT (masked-LM on random tokens) and an MLP, over schedules
    (GPipe, 1F1B, Chimera) and (micro-batch size B, micro-batches N) splits of one global batch. Each model's layers are
-   profiled at every B here (perf_model.profile_layers_as; each layer's times then fitted as a + b*B over the three
+   profiled at every B here (measure.profile_layers_as; each layer's times then fitted as a + b*B over the three
    sizes, see affine_in_B) and the links measured between two real processes
-   (perf_model.measure_comm); the runtime's stages are the profile's time-balanced split.
+   (measure.measure_comm); the runtime's stages are the profile's time-balanced split.
 2. Emulated compute, D = 4 and 8 ranks: the runtime sleeps each action's modelled time (F = 2 ms + 1.5 ms per example,
    B = 2F), real messages over gloo; the same schedules and splits.
 
 Predicted = perf_model.predict(..., method='simulate') (the lowered program with per-stage costs) and Eq. (1)
 ('analytic'), from the profile ("uncalibrated": layers profiled in D processes at once, as the runs load the cores, and the
-runtime's time per hop measured once per process count by perf_model.measure_overhead, a zero-compute step, and its
-cost per real compute action once by perf_model.measure_action_overhead; nothing fitted to any run) and after perf_model.calibrate on ONE traced run per group
+runtime's time per hop measured once per process count by measure.measure_overhead, a zero-compute step, and its
+cost per real compute action once by measure.measure_action_overhead; nothing fitted to any run) and after perf_model.calibrate on ONE traced run per group
 (1F1B at the middle B, its traced step nearest the median: per-stage time factors and a per-action overhead); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
@@ -28,7 +28,8 @@ from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build
 from chimera_nb.partition import LayerProfile, Stage
-from chimera_nb.perf_model import Profile, measure_comm, measure_overhead, measure_action_overhead, profile_layers_as, predict, calibrate
+from chimera_nb.perf_model import Profile, predict, calibrate
+from chimera_nb.measure import measure_comm, measure_overhead, measure_action_overhead, profile_layers_as
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 

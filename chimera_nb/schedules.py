@@ -566,28 +566,24 @@ def _doubling_listed(D:int, N:int) -> list:
 # %% ../nbs/00_schedules.ipynb #7ad06c2c
 CHIMERA_CONCAT = ('direct', 'doubling', 'halving', 'zero-bubble')
 
-def _zero_bubble_listed(D:int, N:int, pipes:int) -> list:
-    "Chimera's placement, backward split into B and W, list-scheduled unit by unit, at most D live per rank."
+@functools.lru_cache(maxsize=128)
+def _zero_bubble_listed(D:int, N:int, pipes:int) -> tuple:
+    "Chimera's placement, backward split into B and W, list-scheduled unit by unit, at most D live per rank (cached: read only)."
     place, per = chimera_placement(D, pipes), D // pipes
     acts = [Action(k, s, m, p) for p in range(pipes) for m in range(N // pipes) for s in range(D) for k in 'FBW']
     unit = lambda a: a.microbatch // per
     prio = lambda a: (unit(a), 'BFW'.index(a.kind), a.microbatch, a.pipe)
     allow = lambda r, a, st: a.kind != 'F' or (st['f'] >= unit(a) * D and st['f'] - st['w'] < D)
-    return list_schedule(place, D, D, acts, prio, allow)
+    return tuple(map(tuple, list_schedule(place, D, D, acts, prio, allow)))
 
 # %% ../nbs/00_schedules.ipynb #zb000002
-@functools.lru_cache(maxsize=128)
-def _zero_bubble_units(D:int, pipes:int, units:int) -> tuple:
-    "The list-scheduled orders of one or two units (read-only: every longer order is built from them)."
-    return tuple(tuple(o) for o in _zero_bubble_listed(D, units * D, pipes))
-
 def _zero_bubble_chimera(D:int, N:int, pipes:int) -> list:
     "Zero-bubble Chimera's orders: one and two units list-scheduled, each further unit the block the second one inserted."
-    if N <= 2 * D: return [list(o) for o in _zero_bubble_units(D, pipes, N // D)]
+    if N <= 2 * D: return [list(o) for o in _zero_bubble_listed(D, N, pipes)]
     per, new, more = D // pipes, tuple.__new__, N // D - 1
     shifted = lambda acts, k: [new(Action, (a[0], a[1], a[2] + k * per, a[3])) for a in acts]   # k units later
     out = []
-    for one, two in zip(_zero_bubble_units(D, pipes, 1), _zero_bubble_units(D, pipes, 2)):
+    for one, two in zip(_zero_bubble_listed(D, D, pipes), _zero_bubble_listed(D, 2 * D, pipes)):
         n = next((i for i, (x, y) in enumerate(zip(one, two)) if x != y), len(one))   # the common start
         block, tail = two[n:len(two) - (len(one) - n)], one[n:]
         out.append(list(one[:n]) + [a for k in range(more) for a in shifted(block, k)] + shifted(tail, more))
