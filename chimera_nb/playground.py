@@ -75,6 +75,8 @@ def nothing_fits(rejected) -> str:
 # %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch
 
+_CHOICES = 20   # configurations offered in the dropdown
+
 @patch
 def tune(self:Playground):
     "Run the autotuner on the inputs; show the ranking (or why nothing fits) and choose the first."
@@ -83,7 +85,8 @@ def tune(self:Playground):
         prof = self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
         self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, model=self.model.value,
-                               hardware=HARDWARE[self.hardware.value], micro_batch_sizes=self.micro_batch_sizes)
+                               hardware=HARDWARE[self.hardware.value], micro_batch_sizes=self.micro_batch_sizes,
+                               exact=_CHOICES)   # every row the dropdown offers is the search's own, none skipped by its bound
     except (ValueError, TypeError) as e:
         self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"
         self.tuning = None; self.choice.options = []; return
@@ -93,7 +96,7 @@ def tune(self:Playground):
     self.table.value = ranking_html(r)
     self.message.value = f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s"
     self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}", i)
-                           for i, x in r.head(20).iterrows()]
+                           for i, x in r.head(_CHOICES).iterrows()]
     self.choice.value = None; self.choice.value = 0
 
 # %% ../nbs/12_playground.ipynb #e4021dee
