@@ -98,7 +98,7 @@ def candidates(gpus:int, # P
 # %% ../nbs/09_autotune.ipynb #3382372c
 @dataclass
 class Tuning:
-    "The autotuner's answer: feasible configurations best first, the rejected ones with reasons, and its speed."
+    "The autotuner's answer: feasible configurations best first, the rejected ones with reasons, the pruned ones with their caps, and its speed."
     ranking: object        # pandas DataFrame, best first (column `spec`: the PipelineSpec)
     rejected: object       # pandas DataFrame: every configuration that cannot run here, with `reason`
     seconds: float         # search time
