@@ -170,10 +170,10 @@ def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) 
     for r, prog in enumerate(ranks):
         points = reduce_points(s, r, sync, dp_width)
         after = {a: st for st, a in points.items() if a is not None}
-        new, started = [], []
-        for ins in prog:
-            new.append(ins)
-            if type(ins) is Compute and ins[0] in after: st = after[ins[0]]; new.append(ReduceStart(st)); started.append(st)
+        hits = [(i, after[ins[0]]) for i, ins in enumerate(prog) if type(ins) is Compute and ins[0] in after]
+        new, prev, started = [], 0, [st for _, st in hits]
+        for i, st in hits: new += prog[prev:i + 1]; new.append(ReduceStart(st)); prev = i + 1   # slices: a few points in long programs
+        new += prog[prev:]
         late = [st for st, a in points.items() if a is None]
         new += [ReduceStart(st) for st in late]
         new += [ReduceWait(st) for st in started + late] + [ReduceLoss() if s.forward_only else OptimizerStep()]

@@ -147,9 +147,11 @@ def start_time(self:Timeline) -> float:
 # %% ../nbs/01_simulate.ipynb #s2010053
 @patch(as_prop=True)
 def makespan(self:Timeline) -> float:
-    "From the first start to the last end, communication included."
-    if not self.events: return 0.0
-    return max(e.end for e in self.events) - self.start_time
+    "From the first start to the last end, communication included; cached until the events change (a prediction asks thrice)."
+    c = self.__dict__.get('_t1')
+    if c is None or c[0] is not self.events or c[1] != len(self.events):
+        c = self._t1 = (self.events, len(self.events), max((e.end for e in self.events), default=None))
+    return 0.0 if c[2] is None else c[2] - self.start_time
 
 # %% ../nbs/01_simulate.ipynb #s2010017
 @patch(as_prop=True)
@@ -363,8 +365,8 @@ def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered
 
 # %% ../nbs/01_simulate.ipynb #lb000004
 def _chain_ends(s:Schedule, cost:dict, hop:float) -> tuple:
-    "Per rank, the least chain of other ranks' forwards (and messages) before its first action, and of backwards after its last."
-    head, tail = [math.inf] * s.num_ranks, [math.inf] * s.num_ranks
+    "Per rank, the least chain of other ranks' forwards (and messages) before its first action, and of backwards after its last; and the fewest hops of a pipe."
+    head, tail, hops = [math.inf] * s.num_ranks, [math.inf] * s.num_ranks, math.inf
     for p in range(s.num_pipes):
         at, f, b, moves, own = [s.placement[(p, st)] for st in range(s.num_stages)], 0.0, 0.0, 0, {}
         for st, r in enumerate(at):
@@ -373,27 +375,28 @@ def _chain_ends(s:Schedule, cost:dict, hop:float) -> tuple:
             head[r] = min(head[r], f - mf + moves * hop)
             tail[r] = min(tail[r], b - mb + moves * hop)
             f, b, own[r] = f + cost['F'][st], b + cost['B'][st], (mf + cost['F'][st], mb + cost['B'][st])
+        hops = min(hops, moves)
     no_tail = s.forward_only or s.split_backward        # the last action is a W (or an F): nothing waits for it
-    return [0.0 if h == math.inf else h for h in head], [0.0 if no_tail or t == math.inf else t for t in tail]
+    return [0.0 if h == math.inf else h for h in head], [0.0 if no_tail or t == math.inf else t for t in tail], hops
+
 
 # %% ../nbs/01_simulate.ipynb #lb000002
-from collections import Counter
-from operator import itemgetter
-
-def lower_bound(s:Schedule, # what runs
+def lower_bound(s:Schedule, # what runs (complete: every micro-batch of every placed stage, as `validate` checks)
                 costs:Costs|None=None, # the simulator's durations (unit F and B by default)
                 dp:int=1, # data-parallel replicas it is lowered for (> 1: every stage all-reduces, not only replicated ones)
                ) -> float:
     "A makespan no simulation of `s` can beat: each rank's compute between its head and tail chains, or one micro-batch's chain."
     costs = costs or Costs()
     cost, hop, ar = costs.action_costs(s), costs.transfer(s), costs.per_stage('allreduce', s)
-    per_rank = (Counter(map(itemgetter(0, 1), o)) for o in s.orders)   # (kind, stage) -> count, at C speed
-    busy = [sum(cost[k][st] * n for (k, st), n in c.items()) for c in per_rank]
-    head, tail = _chain_ends(s, cost, hop)
+    kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
+    per_mb, busy = [sum(cost[k][st] for k in kinds) for st in range(s.num_stages)], [0.0] * s.num_ranks
+    for (_, st), r in s.placement.items(): busy[r] += per_mb[st]   # a complete schedule runs each placed stage once per micro-batch of its pipe
+    busy = [x * s.microbatches_per_pipe for x in busy]
+    head, tail, hops = _chain_ends(s, cost, hop)
     if not s.forward_only:   # the all-reduce of the stage a rank computes last starts after it: at least its cheapest stage's
-        reduced = lambda st: ar[st] if dp > 1 or len(s.replicas(st)) > 1 else 0.0
-        tail = [max(t, min((reduced(st) for st in s.stages_of(r)), default=0.0)) for r, t in enumerate(tail)]
-    hops = min(sum(s.placement[(p, st)] != s.placement[(p, st + 1)] for st in range(s.num_stages - 1)) for p in range(s.num_pipes))
+        by_rank, by_stage = s._placement_index()
+        reduced = [ar[st] if dp > 1 or len(by_stage[st]) > 1 else 0.0 for st in range(s.num_stages)]
+        tail = [max(t, min((reduced[st] for st in by_rank.get(r, ())), default=0.0)) for r, t in enumerate(tail)]
     chain = sum(cost['F']) + hops * hop + (0.0 if s.forward_only else sum(cost['B']) + hops * hop)
     return max(max(h + x + t for h, x, t in zip(head, busy, tail)), chain)
 
