@@ -16,7 +16,7 @@ from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory, cross_check
+from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory, state_memory, cross_check
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch
@@ -185,12 +185,15 @@ def _row(c:PipelineSpec|None, p:Prediction) -> dict:
                 **p.breakdown._asdict(), method=p.method, key=c.key() if c else '', warning=p.warning, spec=c)
 
 # %% ../nbs/09_autotune.ipynb #a91a22d2
-def _misfit(prof:Profile, s:Schedule, limit:float, optimizer:str) -> str|None:
-    "Why `s` does not fit in `limit` bytes per GPU, or None: its memory comes from its order alone, before any timing."
-    mem = predict_memory(prof, s, optimizer)
-    if max(mem) <= limit: return None
+def _misfit(prof:Profile, s:Schedule, limit:float, optimizer:str, order:bool=True) -> str|None:
+    "Why `s` does not fit in `limit` bytes per GPU, or None: its weights and their state first, then (`order`) its whole memory from its order, before any timing."
+    mem, what = state_memory(prof, s, optimizer), 'weights, gradients and optimizer state alone take '
+    if max(mem) <= limit:
+        if not order: return None
+        mem, what = predict_memory(prof, s, optimizer), ''
+        if max(mem) <= limit: return None
     k = max(range(len(mem)), key=mem.__getitem__)
-    return f"out of memory on rank {k} (stages {s.stages_of(k)}): {mem[k] / 2**30:.3g} GiB > limit {limit / 2**30:.3g} GiB"
+    return f"out of memory on rank {k} (stages {s.stages_of(k)}): {what}{mem[k] / 2**30:.3g} GiB > limit {limit / 2**30:.3g} GiB"
 
 def _evaluate(c:PipelineSpec, prof_at, limit, optimizer, method):
     "(Prediction, None) or (None, reason): what cannot fit is rejected before it is timed."
@@ -220,6 +223,13 @@ def _bound(c:PipelineSpec, prof_at, replayed:bool=False) -> float:
     prof, s = prof_at(c.B), c.make()
     if prof is None or s.num_stages > len(prof.layers): return math.inf
     return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W, replayed) * (1 + 1e-9)   # float slack: a cap, never below
+
+# %% ../nbs/09_autotune.ipynb #bb090007
+def _heavy(c:PipelineSpec, prof_at, limit, optimizer:str) -> str|None:
+    "Why `c`'s weights and their state alone overfill a GPU, before any bound is replayed (None: they fit, or `_evaluate` will say why not)."
+    prof, s = prof_at(c.B), c.make()
+    if prof is None or s.num_stages > len(prof.layers): return None
+    return _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, order=False)
 
 # %% ../nbs/09_autotune.ipynb #bb090004
 class _Leaders:
@@ -255,6 +265,7 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
     for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
         c, g = specs[i], label(specs[i].make())
         if exact is not None and known[i] is None:
+            if (why := _heavy(c, prof_at, limit, optimizer)) is not None: bad.append(_rejected(c, None, why)); continue
             if not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
             if not lead.admits(g, cap := _bound(c, prof_at, replayed=True)): pruned.append(_pruned(c, g, cap, exact)); continue
         p, why = _evaluate(c, prof_at, limit, optimizer, method)

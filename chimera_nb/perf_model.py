@@ -7,8 +7,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 # %% auto #0
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
            'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped',
-           'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory', 'cross_check',
-           'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
+           'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory', 'state_memory',
+           'cross_check', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -634,6 +634,16 @@ def predict_memory(profile:Profile, # at the micro-batch size to run
     sp, new = _stage_times(schedule, profile), tuple.__new__
     timed = lambda: [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in _replayed(schedule, _costs(schedule, sp, 0.0, 0.0))[0]]
     return _memory(schedule, sp, optimizer, lambda: Timeline.from_schedule(schedule, timed()))
+
+# %% ../nbs/08_perf_model.ipynb #pm080005
+def state_memory(profile:Profile, # at the micro-batch size to run
+                 schedule:Schedule, optimizer:str='adamw',
+                ) -> list:
+    "Bytes per rank of its stages' weights, gradients and optimizer state: the part of `predict_memory` that needs no order."
+    if optimizer not in OPTIMIZER_STATES: raise ValueError(f"optimizer must be one of {list(OPTIMIZER_STATES)}, got {optimizer!r}")
+    _check_schedule_fits(schedule, profile, 1)
+    sp, k = _stage_times(schedule, profile), 2 + OPTIMIZER_STATES[optimizer]
+    return [k * sum(sp[st].param_bytes for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)]
 
 # %% ../nbs/08_perf_model.ipynb #cc080001
 def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `predict` was asked
