@@ -420,7 +420,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
     td, pm, rt, opt, sched = _setup(rank, world, cfg, td)
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
     log, stop, probe = MetricsLog(cfg.metrics if rank == 0 else None), StopFlag().install(), ResourceProbe(rt.device)
-    profile = _profile(cfg, pm, td, rt) if rank == 0 and cfg.metrics else None
+    profile = _profile(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
     log.write(event='start', step=start, spec_key=cfg.spec.key(), spec=cfg.spec.to_dict())  # the run's identity, first
     bar = _bar(cfg, start) if rank == 0 else None
     losses, ev, times, t_run, clock = [], {}, [], time.perf_counter(), StepClock()
@@ -478,10 +478,15 @@ def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
 
 # %% ../nbs/07_train.ipynb #559f5b9e
 def _profile(cfg, pm, td, rt):
-    "Per-stage costs measured on one micro-batch before training (rank 0, which has built every stage): the prediction."
+    """Per-stage costs on one micro-batch before training, the prediction's: every rank (each has built every stage) profiles
+    them at once, so the cores are as loaded as in the run (on a shared CPU, D processes each get a share), and the times are averaged."""
+    import statistics
     from chimera_nb.partition import profile_layers
     x, y = split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed))
-    return profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2)
+    lay = profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2, progress=False)
+    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)])
+    mean = lambda i: statistics.fmean(r[i] for r in ranks)
+    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)]
 
 # %% ../nbs/07_train.ipynb #3d6f0262
 def provenance(device=None) -> dict:
