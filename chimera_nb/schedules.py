@@ -522,13 +522,14 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
 # %% ../nbs/00_schedules.ipynb #dd46c294
 def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     "Per rank, the (slot, action) pairs of Chimera's order: F of micro-batch j at σ + 2j, B at 2D-1-σ + 2j, units 2D apart."
-    D, per = stages, stages // pipes
+    D, per, new = stages, stages // pipes, tuple.__new__   # Actions without their Python-level __new__: searches build millions
     slots = [[] for _ in range(D)]
     for (p, s), r in chimera_placement(D, pipes).items():
+        add = slots[r].append
         for m in range(microbatches // pipes):
             u, j = divmod(m, per)
-            slots[r].append((s + 2 * j + 2 * D * u, Action('F', s, m, p)))
-            slots[r].append((2 * D - 1 - s + 2 * j + 2 * D * u, Action('B', s, m, p)))
+            t = 2 * j + 2 * D * u
+            add((s + t, new(Action, ('F', s, m, p)))); add((2 * D - 1 - s + t, new(Action, ('B', s, m, p))))
     for o in slots: o.sort()
     return slots
 
@@ -627,15 +628,15 @@ def gems(stages:int, microbatches:int) -> Schedule:
     D, N = stages, microbatches
     _need(N % 2 == 0, f"GEMS alternates two pipes, so N must be even, got {N}")
     place = chimera_placement(D, 2)
-    start, times = 0, []
+    start, times, new = 0, [], tuple.__new__
     for k in range(N):
         p, m = k % 2, k // 2
         for s in range(D):
-            times.append((start + s, Action('F', s, m, p)))
-            times.append((start + 2 * D - 1 - s, Action('B', s, m, p)))
+            times.append((start + s, new(Action, ('F', s, m, p))))
+            times.append((start + 2 * D - 1 - s, new(Action, ('B', s, m, p))))
         start += D + 1  # the far-end rank runs F, then B, of this micro-batch before the next one enters
     orders = [[] for _ in range(D)]
-    for t, a in sorted(times): orders[place[(a.pipe, a.stage)]].append(a)
+    for t, a in sorted(times): orders[place[(a[3], a[1])]].append(a)
     return Schedule('gems', D, D, 2, N, place, orders)
 
 # %% ../nbs/00_schedules.ipynb #be5e4140
