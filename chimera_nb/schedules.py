@@ -527,8 +527,7 @@ def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     for (p, s), r in chimera_placement(D, pipes).items():
         add = slots[r].append
         for m in range(microbatches // pipes):
-            u, j = divmod(m, per)
-            t = 2 * j + 2 * D * u
+            t = 2 * (m % per) + 2 * D * (m // per)   # 2j + 2Du: micro-batch j of unit u
             add((s + t, new(Action, ('F', s, m, p)))); add((2 * D - 1 - s + t, new(Action, ('B', s, m, p))))
     for o in slots: o.sort()
     return slots
