@@ -379,7 +379,6 @@ def _chain_ends(s:Schedule, cost:dict, hop:float) -> tuple:
     no_tail = s.forward_only or s.split_backward        # the last action is a W (or an F): nothing waits for it
     return [0.0 if h == math.inf else h for h in head], [0.0 if no_tail or t == math.inf else t for t in tail], hops
 
-
 # %% ../nbs/01_simulate.ipynb #lb000002
 def lower_bound(s:Schedule, # what runs (complete: every micro-batch of every placed stage, as `validate` checks)
                 costs:Costs|None=None, # the simulator's durations (unit F and B by default)

@@ -478,15 +478,17 @@ def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
 
 # %% ../nbs/07_train.ipynb #559f5b9e
 def _profile(cfg, pm, td, rt):
-    """Per-stage costs on one micro-batch before training, the prediction's: every rank (each has built every stage) profiles
-    them at once, so the cores are as loaded as in the run (on a shared CPU, D processes each get a share), and the times are averaged."""
+    """Per-stage costs on one micro-batch before training, the prediction's. On a CPU every rank (each has built every
+    stage) profiles them at once, so the cores are as loaded as in the run, D processes sharing them; on a GPU rank 0
+    alone (each rank has its own device, and every stage on every GPU would hold the whole model). Times averaged over the ranks that profiled."""
     import statistics
     from chimera_nb.partition import profile_layers
     x, y = split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed))
-    lay = profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2, progress=False)
-    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)])
-    mean = lambda i: statistics.fmean(r[i] for r in ranks)
-    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)]
+    mine = rt.device.type == 'cpu' or rt.rank == 0
+    lay = profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2, progress=False) if mine else None
+    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)] if mine else [math.nan] * 2 * len(pm.stages))
+    mean = lambda i: statistics.fmean(r[i] for r in ranks if not math.isnan(r[i]))
+    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)] if mine else None
 
 # %% ../nbs/07_train.ipynb #3d6f0262
 def provenance(device=None) -> dict:
