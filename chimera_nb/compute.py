@@ -6,8 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/compute.html.md"""
 
 # %% auto #0
 __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context', 'ComputeBackend', 'ModuleCompute',
-           'RecomputeCompute', 'EvalCompute', 'EmulatedCompute', 'make_compute', 'HostClock', 'make_clock', 'CudaClock',
-           'keep_freed_memory']
+           'RecomputeCompute', 'EvalCompute', 'EmulatedCompute', 'make_compute', 'HostClock', 'make_clock', 'CudaClock']
 
 # %% ../nbs/06f_compute.ipynb #bb62568e
 import contextlib, math, threading, time
@@ -463,16 +462,3 @@ def resolve(self:CudaClock, events, t0):
             ev = ev._replace(start=offset + self.e0.elapsed_time(s_) / 1e3, end=offset + self.e0.elapsed_time(e) / 1e3)
         out.append(ev)
     return out
-
-# %% ../nbs/06f_compute.ipynb #kf06f002
-import ctypes, ctypes.util
-_KEPT = []
-def keep_freed_memory() -> bool:
-    "Make glibc keep freed blocks of up to 32 MiB (its mmap threshold's maximum) and never trim the heap: True where that took effect (once per process; a no-op off glibc)."
-    if not _KEPT:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6')
-            libc.gnu_get_libc_version   # glibc's own symbol: mallopt's codes below are glibc's
-            _KEPT.append(bool(libc.mallopt(-3, 32 << 20)) and bool(libc.mallopt(-1, 2**31 - 1)))   # M_MMAP_THRESHOLD, M_TRIM_THRESHOLD
-        except (OSError, AttributeError): _KEPT.append(False)
-    return _KEPT[0]

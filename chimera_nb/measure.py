@@ -37,8 +37,6 @@ def _fit(xs, ys) -> tuple:
 # %% ../nbs/08b_measure.ipynb #41ed399d
 def _comm_bench(rank, world, sizes, repeats, device):
     import torch, torch.distributed as dist
-    from chimera_nb.compute import keep_freed_memory
-    if device == 'cpu': keep_freed_memory()   # gloo's buffers reused, as in the runtime's processes
     pp, ar = [], []
     for n in sizes:
         x = torch.zeros(n // 4, device=device)

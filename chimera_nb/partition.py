@@ -176,8 +176,6 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
     from tqdm.auto import tqdm
-    from chimera_nb.compute import keep_freed_memory
-    if getattr(_device_of(sample), 'type', 'cpu') == 'cpu': keep_freed_memory()   # as the runtime does on a CPU: the same allocator costs
     x, out = sample, []
     for i, layer in enumerate(tqdm(layers, desc='profiling', unit='layer', delay=1.0, leave=False, disable=not progress)):
         params = [p for p in layer.parameters() if p.requires_grad]

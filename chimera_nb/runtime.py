@@ -21,7 +21,7 @@ from .program import Program, lower, Msg, Recv, Compute, Send, ReduceStart, Redu
 from .simulate import Event, Timeline, Costs
 from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack_message, empty_message, Shapes, HEADER_BYTES
 from .comm import Comm, ChannelComm, current_comm, run_threads, read_failures, report_failure
-from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed, keep_freed_memory
+from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed
 from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message
 from .spec import check_number
 
@@ -111,7 +111,6 @@ class PipelineRuntime:
         self.lookahead, self.timeout, self.on_instruction, self.ties = lookahead, float(timeout), on_instruction, dict(ties or {})
         self.device = _pick_device(device)
         self.cuda = self.device.type == 'cuda'
-        if self.device.type == 'cpu': keep_freed_memory()   # blocks reused, as on a GPU, and as the profiler keeps them
         self.comm = current_comm(self.device, channels)
         self.rank, self.world = self.comm.rank, self.comm.world
         self.prank, self.dp_rank = self.rank % self.D, self.rank // self.D
