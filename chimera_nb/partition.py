@@ -174,7 +174,7 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                    sample, # the first layer's input payload for one micro-batch
                    loss_fn=None, # loss_fn(output, target) for the last layer (else the backward starts from ones)
                    target=None, # the target for loss_fn
-                   repeats:int=3, # timed runs per layer (median)
+                   repeats:int=3, # micro-batches timed per layer: that many forwards, then their backwards (the median of each)
                    progress:bool=True, # a tqdm bar when profiling takes over a second
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
