@@ -140,21 +140,27 @@ def _with_loss(layer, x, loss_fn, target) -> tuple:
     y = call_stage(layer, x)
     return y, (loss_fn(y, target) if loss_fn is not None else None)
 
+# %% ../nbs/03_partition.ipynb #s2030015a
+def _now(device) -> float:
+    "The host clock once `device`'s queued work is done: CUDA runs asynchronously, so a clock alone would time the launches."
+    if device is not None and torch.device(device).type == 'cuda': torch.cuda.synchronize(device)
+    return time.perf_counter()
+
 # %% ../nbs/03_partition.ipynb #s2030016
 def _timed_runs(layer, xin, loss_fn, target, repeats:int, params) -> tuple:
     """(median forward s, median backward s, output, saved bytes) of `repeats` forwards of `layer` on `xin`, then their
     backwards in order, as a pipeline runs them: each backward finds its activations stashed among the others' (caches
     cold) and adds into the gradients the earlier ones made."""
-    fw, bw, runs = [], [], []
+    fw, bw, runs, dev = [], [], [], _device_of(xin) or next((p.device for p in params), None)
     for _ in range(repeats):
-        t = time.perf_counter()  # the last layer's forward includes its loss (the runtime's does too: it keeps the logits)
+        t = _now(dev)  # the last layer's forward includes its loss (the runtime's does too: it keeps the logits)
         (y, loss), saved = _saved_bytes(lambda: _with_loss(layer, xin, loss_fn, target), params)
-        fw.append(time.perf_counter() - t); runs.append((y, loss))
+        fw.append(_now(dev) - t); runs.append((y, loss))
     for y_, loss in runs:
         outs = [loss] if loss is not None else [o for o in flatten(y_)[0] if o.requires_grad]
-        t = time.perf_counter()
+        t = _now(dev)
         if outs: torch.autograd.backward(outs, None if loss is not None else [torch.ones_like(o) for o in outs])
-        bw.append(time.perf_counter() - t)
+        bw.append(_now(dev) - t)
     layer.zero_grad(set_to_none=True)
     return sorted(fw)[len(fw) // 2], sorted(bw)[len(bw) // 2], y, saved
 

@@ -3,7 +3,7 @@
 - exactness of every single-rank schedule on CUDA in float64 against the same model on the same GPU (NCCL world of 1);
 - bf16 autocast close to float32;
 - no host synchronisation per action: the number of synchronising CUDA calls in a step does not grow with N;
-- CUDA-event timing: the measured timeline follows the schedule;
+- CUDA-event timing: the measured timeline follows the schedule; the profiler times kernels, not their launches;
 - with 2+ GPUs: Chimera, 1F1B and ZB-H1 over NCCL (per-pair channels) exact against the single-process reference.
 Run: .venv/bin/python -m pytest tests/test_gpu.py -q   (on a GPU node; `-s` prints the measurements)
 """
@@ -126,3 +126,20 @@ def test_nccl_pipelines_exact(tmp_path):
     world = 2 if torch.cuda.device_count() < 4 else 4
     for res in _run(MULTI, world, tmp_path):
         for k, v in res.items(): assert v < 1e-10, (k, v)
+
+
+def test_profiled_cuda_times_are_the_kernels_not_their_launches():
+    "profile_layers waits for the GPU: a layer's profiled forward is the same forward timed by CUDA events, not its launch."
+    from torch import nn
+    from chimera_nb.partition import profile_layers
+    dev = torch.device('cuda')
+    layer = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]).to(dev)
+    x = torch.randn(2048, 4096, device=dev)
+    prof = profile_layers([layer], x, repeats=5, progress=False)[0]
+    start, end, ts = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True), []
+    for _ in range(5):
+        start.record(); layer(x); end.record(); torch.cuda.synchronize(); ts.append(start.elapsed_time(end) / 1e3)
+    ref = sorted(ts)[2]
+    print(f"profiled forward {prof.forward_s * 1e3:.2f} ms, CUDA events {ref * 1e3:.2f} ms")
+    assert 0.7 * ref <= prof.forward_s <= 2.0 * ref, (prof.forward_s, ref)
+    assert prof.backward_s > prof.forward_s   # two matmuls per layer backward, one forward
