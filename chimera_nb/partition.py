@@ -151,7 +151,7 @@ def _timed_runs(layer, xin, loss_fn, target, repeats:int, params) -> tuple:
     """(median forward s, median backward s, output, saved bytes) of `repeats` forwards of `layer` on `xin`, then their
     backwards in order, as a pipeline runs them: each backward finds its activations stashed among the others' (caches
     cold) and adds into the gradients the earlier ones made."""
-    fw, bw, runs, dev = [], [], [], _device_of(xin) or next((p.device for p in params), None)
+    fw, bw, runs, dev = [], [], [], next((p.device for p in params), None) or _device_of(xin)   # where its kernels run
     for _ in range(repeats):
         t = _now(dev)  # the last layer's forward includes its loss (the runtime's does too: it keeps the logits)
         (y, loss), saved = _saved_bytes(lambda: _with_loss(layer, xin, loss_fn, target), params)

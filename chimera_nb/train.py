@@ -22,6 +22,7 @@ from . import data as D
 from .models import build, to_stages
 from .spec import PipelineSpec, TrainConfig, SpecError, PRESETS, TASKS, EXIT_REQUEUE
 from .runtime import PipelineRuntime, PipelineFailure, NonFiniteLossError, clip_grad_norm_
+from .payload import to_device
 
 # %% ../nbs/07_train.ipynb #14352528
 TORCH_DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.float32}  # bf16: fp32 weights, autocast
@@ -477,18 +478,27 @@ def _report(log, bar, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt):
     if bar is not None: bar.update(1); bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{cfg.global_batch_size / dt:.1f}")
 
 # %% ../nbs/07_train.ipynb #559f5b9e
+def _on_device(pm, rt) -> list:
+    "Every stage on this rank's device: its own as they are, another already there as it is, else a copy (dropped after profiling: a GPU keeps only its stages)."
+    import copy
+    here = lambda m: all(p.device == rt.device for p in m.parameters())
+    return [rt.stages[st] if st in rt.stages else m if here(m) else copy.deepcopy(m).to(rt.device) for st, m in enumerate(pm.stages)]
+
+# %% ../nbs/07_train.ipynb #559f5b9f
 def _profile(cfg, pm, td, rt):
     """Per-stage costs on one micro-batch before training, the prediction's. On a CPU every rank (each has built every
     stage) profiles them at once, so the cores are as loaded as in the run, D processes sharing them; on a GPU rank 0
-    alone (each rank has its own device, and every stage on every GPU would hold the whole model). Times averaged over the ranks that profiled."""
+    alone (each rank has its own device). Times averaged over the ranks that profiled; None where it failed."""
     import statistics
     from chimera_nb.partition import profile_layers
-    x, y = split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed))
-    mine = rt.device.type == 'cpu' or rt.rank == 0
-    lay = profile_layers([s.to(rt.device) for s in pm.stages], x, pm.loss_fn, y, repeats=2, progress=False) if mine else None
-    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)] if mine else [math.nan] * 2 * len(pm.stages))
+    x, y = (to_device(t, rt.device) for t in split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed)))
+    lay = None
+    if rt.device.type == 'cpu' or rt.rank == 0:
+        try: lay = profile_layers(_on_device(pm, rt), x, pm.loss_fn, y, repeats=2, progress=False)
+        except (RuntimeError, ValueError) as e: warnings.warn(f"profiling the stages before training failed, so the summary predicts no step: {e}")
+    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)] if lay else [math.nan] * 2 * len(pm.stages))   # every rank, even one that failed
     mean = lambda i: statistics.fmean(r[i] for r in ranks if not math.isnan(r[i]))
-    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)] if mine else None
+    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)] if lay else None
 
 # %% ../nbs/07_train.ipynb #3d6f0262
 def provenance(device=None) -> dict:
