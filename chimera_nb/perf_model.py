@@ -688,20 +688,22 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
               dp:int=1, sync:str='eager',
               target:float|None=None, # the step's measured seconds (default: the timeline's makespan)
              ) -> Profile:
-    "A profile with the stages' measured times and a per-action overhead fitted so that the simulator reproduces `timeline`."
+    "A profile with the stages' measured times and the hop (p2p latency) fitted so that the simulator reproduces `timeline`."
     if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
     S = schedule.num_stages
     lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=f'calibrated from {profile.source}',   # measured now: `at` scales it, never re-estimates
                               action_overhead=0.0)   # the measured stage times include it
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
-    span = lambda o: predict(dataclasses.replace(cal, p2p_latency=profile.p2p_latency + o), schedule, dp, sync, 'simulate', memory=False).iteration_s
-    lo, hi = 0.0, max(target, 1e-9)
-    if span(0.0) >= target: return cal
+    span = lambda hop: predict(dataclasses.replace(cal, p2p_latency=hop), schedule, dp, sync, 'simulate', memory=False).iteration_s
+    # fitted both ways: a profile's hop can be too short (Python around each action) or too long (a zero-compute
+    # measurement on shared cores pays wake-ups that a computing run does not)
+    lo, hi = 0.0, profile.p2p_latency + max(target, 1e-9)
+    if span(0.0) >= target: return dataclasses.replace(cal, p2p_latency=0.0)
     for _ in range(40):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if span(mid) < target else (lo, mid)
-    return dataclasses.replace(cal, p2p_latency=profile.p2p_latency + (lo + hi) / 2)
+    return dataclasses.replace(cal, p2p_latency=(lo + hi) / 2)
 
 # %% ../nbs/08_perf_model.ipynb #4f16c085
 def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
