@@ -13,7 +13,7 @@ Predicted = perf_model.predict(..., method='simulate') (the lowered program with
 runtime's time per hop measured once per process count by measure.measure_overhead, a zero-compute step, and its
 cost per real compute action once by measure.measure_action_overhead; nothing fitted to any run), the same with the
 real runs' stages profiled as stages, D processes at once (how the training summary profiles before a run), and after perf_model.calibrate on ONE traced run per group
-(1F1B at the middle B, its traced step nearest the median: per-stage time factors and a per-action overhead); the
+(1F1B at the middle B, its traced step nearest the median: per-stage time factors and the time per hop, fitted from zero up); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
@@ -184,7 +184,7 @@ def main():
         work.append(('emulated', D, [('emulated', name, B, N, costs[B]) for B, N in splits for name in SCHEDS], profs))
     print(f"profiled in {time.time() - t0:.0f} s", flush=True)
     for group, D, plan, profs in work:
-        # calibration: the 1F1B run at the middle split; its traced step fits per-stage times and a per-action overhead
+        # calibration: the 1F1B run at the middle split; its traced step fits per-stage times and the time per hop
         mid = sorted({B for _, _, B, _, _ in plan})[len({B for _, _, B, _, _ in plan}) // 2]
         ci = next(i for i, (_, name, B, _, _) in enumerate(plan) if name == '1f1b' and B == mid)
         meas, tl = launch_local(_runs, D, plan, ci, timeout=900)[0]
@@ -195,7 +195,7 @@ def main():
         cals[group, D] = {B: dataclasses.replace(_stage_level(p, D, k, cal.p2p_latency), action_overhead=0.0)   # measured times include it
                           for B, p in profs.items()}
         print(f"{group} D={D}: {len(plan)} runs; calibrated on 1f1b B={mid}: stage time x{statistics.fmean(f for f, _ in k):.2f} (F) "
-              f"x{statistics.fmean(b for _, b in k):.2f} (B), overhead {(cal.p2p_latency - comm.p2p_latency) * 1e3:.2f} ms per action "
+              f"x{statistics.fmean(b for _, b in k):.2f} (B), hop {cal.p2p_latency * 1e3:.2f} ms (profile's {profs[mid].p2p_latency * 1e3:.2f}) "
               f"({time.time() - t0:.0f} s)", flush=True)
         for i, ((kind, name, B, N, _), m) in enumerate(zip(plan, meas)):
             s = make_schedule(name, D, N)
