@@ -588,7 +588,7 @@ def _simulated(s, sp, ar, c, dp, sync):
 
 # %% ../nbs/08_perf_model.ipynb #s2080062
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
-            schedule:Schedule, # what runs (recompute: `dataclasses.replace(s, recompute=True)`)
+            schedule:Schedule, # what runs (recompute: `s.replaced(recompute=True)`)
             dp:int=1, # W: data-parallel replicas of the pipeline
             sync:str='eager', # gradient all-reduce policy
             method:str='simulate', # 'simulate' (the lowered program, every stage's own costs) or 'analytic' (Eq. 1)

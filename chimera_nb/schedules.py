@@ -6,9 +6,9 @@ Docs: https://chimera-nb.github.io/chimera_nb/schedules.html.md"""
 
 # %% auto #0
 __all__ = ['KINDS', 'MAX_RANKS', 'MAX_STAGES', 'MAX_MICROBATCHES', 'MAX_ACTIONS', 'DEPENDS', 'CHIMERA_CONCAT', 'SCHEDULES',
-           'Action', 'pipe_tag', 'tag_pipe', 'parse_action', 'gc_paused', 'Schedule', 'dependencies', 'ScheduleError',
-           'replay', 'validate', 'list_schedule', 'gpipe', 'one_f_one_b', 'chimera_placement', 'chimera_slots',
-           'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'make_schedule']
+           'Action', 'pipe_tag', 'tag_pipe', 'parse_action', 'gc_paused', 'Deferred', 'Schedule', 'dependencies',
+           'ScheduleError', 'replay', 'validate', 'list_schedule', 'gpipe', 'one_f_one_b', 'chimera_placement',
+           'chimera_slots', 'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'make_schedule']
 
 # %% ../nbs/00_schedules.ipynb #e0ff0cdb
 import contextlib, csv, functools, gc, heapq, inspect, io, numbers, re
@@ -73,6 +73,25 @@ def gc_paused():
     finally:
         if was: gc.enable()
 
+# %% ../nbs/00_schedules.ipynb #91a93bbe
+class Deferred:
+    "Orders made on first use, once (a search rejects or prunes most shapes on their placement alone)."
+    def __init__(self, make:Callable): self.make, self.value = make, None  # make() -> the per-rank action lists
+    def __call__(self) -> list:
+        if self.value is None:
+            with gc_paused(): self.value = self.make()
+            self.make = None
+        return self.value
+    def __reduce__(self): return list, (self(),)   # pickled and copied as the orders themselves
+
+class _Orders:
+    "The `orders` field: a list, or a `Deferred` made into one when read."
+    def __get__(self, obj, owner=None):
+        if obj is None: raise AttributeError('orders')   # no default: the field stays required
+        v = obj.__dict__['orders']
+        return v() if type(v) is Deferred else v
+    def __set__(self, obj, value): obj.__dict__['orders'] = value
+
 # %% ../nbs/00_schedules.ipynb #c073f219
 @dataclass(eq=False)
 class Schedule:
@@ -83,7 +102,7 @@ class Schedule:
     num_pipes: int                              # 1, 2 (Chimera) or 2k
     microbatches: int                           # N: micro-batches per worker per iteration
     placement: dict                             # (pipe, stage) -> rank
-    orders: list                                # orders[rank] = list of Action
+    orders: list = _Orders()                    # orders[rank] = list of Action (or a `Deferred` that makes them)
     split_backward: bool = False                # True when B is input-grad only and W is separate
     recompute: bool = False                     # recompute forward activations in B
     options: dict = field(default_factory=dict) # generator options, for the record
@@ -98,6 +117,12 @@ class Schedule:
                 bool(self.forward_only))
 
     def __eq__(self, other): return isinstance(other, Schedule) and self._key() == other._key()
+
+# %% ../nbs/00_schedules.ipynb #41511189
+@patch
+def replaced(self:Schedule, **changes) -> Schedule:
+    "A copy with `changes` (e.g. recompute=True); orders not made yet stay deferred, shared with this schedule."
+    return replace(self, **{'orders': self.__dict__['orders'], **changes})
 
 # %% ../nbs/00_schedules.ipynb #134e25be
 @patch
@@ -490,22 +515,24 @@ def _need(cond, msg):
 def gpipe(stages:int, microbatches:int) -> Schedule:
     "GPipe: all forwards, then all backwards."
     D, N = stages, microbatches
-    orders = [[Action('F', r, m) for m in range(N)] + [Action('B', r, m) for m in range(N)] for r in range(D)]
+    orders = Deferred(lambda: [[Action('F', r, m) for m in range(N)] + [Action('B', r, m) for m in range(N)] for r in range(D)])
     return Schedule('gpipe', D, D, 1, N, _linear_placement(D), orders)
 
 # %% ../nbs/00_schedules.ipynb #f1c5a2da
 def one_f_one_b(stages:int, microbatches:int) -> Schedule:
     "1F1B (DAPPLE / PipeDream-Flush): warm-up forwards, alternate F and B, drain the backwards."
     D, N = stages, microbatches
-    orders = []
-    for r in range(D):
-        warm = min(D - 1 - r, N)
-        o = [Action('F', r, m) for m in range(warm)]
-        for i in range(N):
-            if warm + i < N: o.append(Action('F', r, warm + i))
-            o.append(Action('B', r, i))
-        orders.append(o)
-    return Schedule('1f1b', D, D, 1, N, _linear_placement(D), orders)
+    def orders():
+        out = []
+        for r in range(D):
+            warm = min(D - 1 - r, N)
+            o = [Action('F', r, m) for m in range(warm)]
+            for i in range(N):
+                if warm + i < N: o.append(Action('F', r, warm + i))
+                o.append(Action('B', r, i))
+            out.append(o)
+        return out
+    return Schedule('1f1b', D, D, 1, N, _linear_placement(D), Deferred(orders))
 
 # %% ../nbs/00_schedules.ipynb #50764b1a
 def chimera_placement(stages:int, pipes:int=2) -> dict:
@@ -612,11 +639,11 @@ def chimera(stages:int, # D: ranks = stages, even
     D, N = stages, microbatches
     _check_chimera(D, N, pipes, concat)
     place, opts, kw = chimera_placement(D, pipes), dict(pipes=pipes, concat=concat), {}
-    if concat == 'direct': orders = [[a for _, a in o] for o in chimera_slots(D, N, pipes)]
-    elif concat == 'zero-bubble': orders, kw = _zero_bubble_chimera(D, N, pipes), dict(split_backward=True)
+    if concat == 'direct': orders = Deferred(lambda: [[a for _, a in o] for o in chimera_slots(D, N, pipes)])
+    elif concat == 'zero-bubble': orders, kw = Deferred(lambda: _zero_bubble_chimera(D, N, pipes)), dict(split_backward=True)
     else:
         n = N if concat == 'doubling' else 2 * N   # halving: twice as many micro-batches, each half the size
-        orders = _doubling_phases(D, n) if n % (2 * D) == 0 else _doubling_listed(D, n)
+        orders = Deferred(lambda: _doubling_phases(D, n) if n % (2 * D) == 0 else _doubling_listed(D, n))
         kw = dict(recompute=True) if concat == 'doubling' else dict(microbatch_scale=0.5)
         N = n
     return Schedule('chimera', D, D, pipes, N, place, orders, options=opts, **kw)
@@ -627,16 +654,18 @@ def gems(stages:int, microbatches:int) -> Schedule:
     D, N = stages, microbatches
     _need(N % 2 == 0, f"GEMS alternates two pipes, so N must be even, got {N}")
     place = chimera_placement(D, 2)
-    start, times, new = 0, [], tuple.__new__
-    for k in range(N):
-        p, m = k % 2, k // 2
-        for s in range(D):
-            times.append((start + s, new(Action, ('F', s, m, p))))
-            times.append((start + 2 * D - 1 - s, new(Action, ('B', s, m, p))))
-        start += D + 1  # the far-end rank runs F, then B, of this micro-batch before the next one enters
-    orders = [[] for _ in range(D)]
-    for t, a in sorted(times): orders[place[(a[3], a[1])]].append(a)
-    return Schedule('gems', D, D, 2, N, place, orders)
+    def orders():
+        start, times, new = 0, [], tuple.__new__
+        for k in range(N):
+            p, m = k % 2, k // 2
+            for s in range(D):
+                times.append((start + s, new(Action, ('F', s, m, p))))
+                times.append((start + 2 * D - 1 - s, new(Action, ('B', s, m, p))))
+            start += D + 1  # the far-end rank runs F, then B, of this micro-batch before the next one enters
+        out = [[] for _ in range(D)]
+        for t, a in sorted(times): out[place[(a[3], a[1])]].append(a)
+        return out
+    return Schedule('gems', D, D, 2, N, place, Deferred(orders))
 
 # %% ../nbs/00_schedules.ipynb #be5e4140
 def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
@@ -647,29 +676,33 @@ def interleaved_1f1b(stages:int, microbatches:int, chunks:int=2) -> Schedule:
     total = N * v
     def fwd(k, r): return Action('F', ((k // D) % v) * D + r, (k // (D * v)) * D + k % D)
     def bwd(k, r): return Action('B', (v - 1 - (k // D) % v) * D + r, (k // (D * v)) * D + k % D)
-    orders = []
-    for r in range(D):
-        warm = min((D - r - 1) * 2 + (v - 1) * D, total)
-        o = [fwd(k, r) for k in range(warm)]
-        for i in range(total - warm): o += [fwd(warm + i, r), bwd(i, r)]
-        o += [bwd(i, r) for i in range(total - warm, total)]
-        orders.append(o)
-    return Schedule('interleaved-1f1b', D, D * v, 1, N, place, orders, options=dict(chunks=v))
+    def orders():
+        out = []
+        for r in range(D):
+            warm = min((D - r - 1) * 2 + (v - 1) * D, total)
+            o = [fwd(k, r) for k in range(warm)]
+            for i in range(total - warm): o += [fwd(warm + i, r), bwd(i, r)]
+            o += [bwd(i, r) for i in range(total - warm, total)]
+            out.append(o)
+        return out
+    return Schedule('interleaved-1f1b', D, D * v, 1, N, place, Deferred(orders), options=dict(chunks=v))
 
 # %% ../nbs/00_schedules.ipynb #a40c2f39
 def zb_h1(stages:int, microbatches:int) -> Schedule:
     "ZB-H1: 1F1B's order with the backward split; rank r defers its first r weight gradients to the end."
     D, N = stages, microbatches
-    orders = []
-    for r, o in enumerate(one_f_one_b(D, N).orders):
-        new, w, b = [], 0, 0
-        for a in o:
-            new.append(a)
-            if a.kind == 'B':
-                if b >= r: new.append(Action('W', r, w)); w += 1   # the first r weight gradients wait
-                b += 1
-        orders.append(new + [Action('W', r, m) for m in range(w, N)])
-    return Schedule('zb-h1', D, D, 1, N, _linear_placement(D), orders, split_backward=True)
+    def orders():
+        out = []
+        for r, o in enumerate(one_f_one_b(D, N).orders):
+            new, w, b = [], 0, 0
+            for a in o:
+                new.append(a)
+                if a.kind == 'B':
+                    if b >= r: new.append(Action('W', r, w)); w += 1   # the first r weight gradients wait
+                    b += 1
+            out.append(new + [Action('W', r, m) for m in range(w, N)])
+        return out
+    return Schedule('zb-h1', D, D, 1, N, _linear_placement(D), Deferred(orders), split_backward=True)
 
 # %% ../nbs/00_schedules.ipynb #f8156036
 def dualpipev(stages:int, microbatches:int) -> Schedule:
@@ -677,34 +710,36 @@ def dualpipev(stages:int, microbatches:int) -> Schedule:
     D, N = stages, microbatches
     _need(N >= 2 * D, f"dualpipev needs at least 2D = {2 * D} micro-batches, got N={N}")
     place = {(0, s): (s if s < D else 2 * D - 1 - s) for s in range(2 * D)}
-    orders = []
-    for r in range(D):
-        o, nxt, wq = [], dict(F0=0, F1=0, B0=0, B1=0), []
-        stage = (r, 2 * D - 1 - r)
-        def F(c):
-            o.append(Action('F', stage[c], nxt[f'F{c}'])); nxt[f'F{c}'] += 1
-        def B(c, zb=False):
-            m = nxt[f'B{c}']; nxt[f'B{c}'] += 1
-            o.append(Action('B', stage[c], m))
-            w = Action('W', stage[c], m)
-            if zb: wq.append(w)   # weight gradient deferred to a later W step
-            else: o.append(w)     # full backward: W right after B
-        def W(): o.append(wq.pop(0))
-        for _ in range((D - r - 1) * 2): F(0)                     # 1: forwards of chunk 0
-        for _ in range(r + 1): F(0); F(1)                          # 2: F0 F1
-        for _ in range(D - r - 1): B(1, zb=True); W(); F(1)        # 3: B1 W1 F1
-        for _ in range(N - 2 * D + r + 1): F(0); B(1); F(1); B(0)  # 4: (F0&B1) (F1&B0)
-        for _ in range(D - r - 1): B(1); F(1); B(0)                # 5: B1 (F1&B0)
-        n6, zb = r + 1, False
-        for i in range(n6):                                        # 6: B1 B0, second half zero-bubble
-            if i == n6 // 2 and r % 2 == 1: zb = True
-            B(1, zb)
-            if i == n6 // 2 and r % 2 == 0: zb = True
-            B(0, zb)
-        for _ in range(D - r - 1): W(); B(0, zb=True)              # 7: W B0
-        while wq: W()                                              # 8: remaining W
-        orders.append(o)
-    return Schedule('dualpipev', D, 2 * D, 1, N, place, orders, split_backward=True)
+    def orders():
+        out = []
+        for r in range(D):
+            o, nxt, wq = [], dict(F0=0, F1=0, B0=0, B1=0), []
+            stage = (r, 2 * D - 1 - r)
+            def F(c):
+                o.append(Action('F', stage[c], nxt[f'F{c}'])); nxt[f'F{c}'] += 1
+            def B(c, zb=False):
+                m = nxt[f'B{c}']; nxt[f'B{c}'] += 1
+                o.append(Action('B', stage[c], m))
+                w = Action('W', stage[c], m)
+                if zb: wq.append(w)   # weight gradient deferred to a later W step
+                else: o.append(w)     # full backward: W right after B
+            def W(): o.append(wq.pop(0))
+            for _ in range((D - r - 1) * 2): F(0)                     # 1: forwards of chunk 0
+            for _ in range(r + 1): F(0); F(1)                          # 2: F0 F1
+            for _ in range(D - r - 1): B(1, zb=True); W(); F(1)        # 3: B1 W1 F1
+            for _ in range(N - 2 * D + r + 1): F(0); B(1); F(1); B(0)  # 4: (F0&B1) (F1&B0)
+            for _ in range(D - r - 1): B(1); F(1); B(0)                # 5: B1 (F1&B0)
+            n6, zb = r + 1, False
+            for i in range(n6):                                        # 6: B1 B0, second half zero-bubble
+                if i == n6 // 2 and r % 2 == 1: zb = True
+                B(1, zb)
+                if i == n6 // 2 and r % 2 == 0: zb = True
+                B(0, zb)
+            for _ in range(D - r - 1): W(); B(0, zb=True)              # 7: W B0
+            while wq: W()                                              # 8: remaining W
+            out.append(o)
+        return out
+    return Schedule('dualpipev', D, 2 * D, 1, N, place, Deferred(orders), split_backward=True)
 
 # %% ../nbs/00_schedules.ipynb #ef072587
 SCHEDULES = {'gpipe': gpipe, '1f1b': one_f_one_b, 'gems': gems, 'chimera': chimera,
@@ -751,50 +786,12 @@ def make_schedule(name:str, # one of SCHEDULES (or an alias: dapple, interleaved
         s = SCHEDULES[key](D, N, **options)
         return validate(s) if check else s
 
-# %% ../nbs/00_schedules.ipynb #781cce27
-@patch
-def to_torch(self:Schedule) -> dict:
-    "torch.distributed.pipelining's compute-only order: {rank: [_Action]}, for `_PipelineScheduleRuntime`."
-    if self.num_pipes > 1 or any(len(self.replicas(st)) > 1 for st in range(self.num_stages)):
-        raise ValueError(f"{self.name} runs {self.num_pipes} pipes, so each stage lives on several ranks (replicas whose "
-                         f"gradients are summed); torch.distributed.pipelining's schedules place every stage on one rank and "
-                         f"cannot express it: run it with chimera_nb's PipelineRuntime")
-    from chimera_nb._compat import torch_action
-    return {r: [torch_action(a.kind, a.stage, a.microbatch, self.split_backward) for a in o] for r, o in enumerate(self.orders)}
-
-# %% ../nbs/00_schedules.ipynb #111f3fe4
-@patch
-def to_torch_csv(self:Schedule) -> str:
-    "The same as CSV (one row per rank), the file `_PipelineScheduleRuntime._load_csv(path, format='compute_only')` reads."
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator='\n').writerows([[str(a) for a in acts] for _, acts in sorted(self.to_torch().items())])
-    return buf.getvalue()
-
-# %% ../nbs/00_schedules.ipynb #c8541ff0
-@patch(cls_method=True)
-def from_torch(cls:Schedule, order, # {rank: [_Action or None]} (a torch schedule's `pipeline_order`), or its compute-only CSV text
-                name:str='torch', microbatches:int|None=None) -> Schedule:
-    "A `Schedule` from torch.distributed.pipelining's compute-only order (bubbles, None, are dropped)."
-    from chimera_nb._compat import torch_action_parts
-    if isinstance(order, str):
-        try: order = {r: row for r, row in enumerate(csv.reader(order.splitlines()))}
-        except csv.Error as e: raise ValueError(f"cannot read the torch CSV: {e}") from e
-    if not isinstance(order, dict): raise TypeError(f"from_torch expects {{rank: [actions]}} or CSV text, got {type(order).__name__}")
-    if sorted(order) != list(range(len(order))): raise ValueError(f"ranks must be 0..R-1, got {sorted(order)[:10]}")
-    parts = [[p for a in order[r] for p in torch_action_parts(a)] for r in range(len(order))]
-    split = any(k in 'IW' for o in parts for k, _, _ in o)
-    orders = []
-    for o in parts:  # split: I is our B; a full backward in a split schedule is B then W
-        acts = []
-        for k, st, mb in o:
-            if k == 'B' and split: acts += [Action('B', st, mb), Action('W', st, mb)]
-            else: acts.append(Action('B' if k == 'I' else k, st, mb))
-        orders.append(acts)
-    return _from_orders(orders, name=name, microbatches=microbatches, split_backward=split)
-
 # %% ../nbs/00_schedules.ipynb #99874122
 @patch
 def forwards(self:Schedule) -> Schedule:
     "The schedule's forwards only (same placement), for evaluation and inference."
     return replace(self, orders=[[a for a in o if a.kind == 'F'] for o in self.orders], split_backward=False,
                    recompute=False, forward_only=True, name=self.name)
+
+# %% ../nbs/00_schedules.ipynb #1c8ab5b9
+from . import torch_order  # noqa: F401  last: its methods patch the Schedule defined above

@@ -268,7 +268,7 @@ def _generate(name:str, D:int, N:int, options:tuple) -> Schedule:
 def _build(name:str, D:int, N:int, options:tuple, recompute:bool) -> Schedule:
     "Schedules, built once per shape: a search makes many specs of few shapes."
     s = _generate(name, D, N, options)
-    return dataclasses.replace(s, recompute=True) if recompute and not s.recompute else s
+    return s.replaced(recompute=True) if recompute and not s.recompute else s   # its orders are made once, when first read
 
 # %% ../nbs/00b_spec.ipynb #53d395be
 @patch
@@ -278,7 +278,7 @@ def make(self:PipelineSpec) -> Schedule:
     s = _parse_order(self.order)
     if (s.num_ranks, s.microbatches) != (self.D, self.N):
         raise ValueError(f"the order runs on {s.num_ranks} ranks with {s.microbatches} micro-batches: set D={s.num_ranks}, N={s.microbatches}")
-    return dataclasses.replace(s, recompute=True) if self.recompute and not s.recompute else s
+    return s.replaced(recompute=True) if self.recompute and not s.recompute else s
 
 # %% ../nbs/00b_spec.ipynb #8eab558c
 @patch(as_prop=True)
