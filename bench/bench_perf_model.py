@@ -13,12 +13,14 @@ Predicted = perf_model.predict(..., method='simulate') (the lowered program with
 runtime's time per hop measured once per process count by measure.measure_overhead, a zero-compute step, and its
 cost per real compute action once by measure.measure_action_overhead; nothing fitted to any run), the same with the
 real runs' stages profiled as stages, D processes at once (how the training summary profiles before a run), and after perf_model.calibrate on ONE traced run per group
-(1F1B at the middle B, its traced step nearest the median: per-stage time factors and the time per hop, fitted from zero up); the
+(1F1B at the middle B, its traced step nearest the median: per-stage time factors and the time per hop, fitted from zero up;
+with --calibrate-on=chimera, Chimera's run, whose all-reduces calibrate fits as well: the hop to where the compute ends, the
+all-reduces' time to the rest of the step); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
-Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py     (about 4-6 minutes on 2 cores)
+Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=chimera]     (about 70 s on 2 cores)
 """
 import dataclasses, statistics, sys, time
 import torch
@@ -35,6 +37,8 @@ from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 
 SCHEDS = ('gpipe', '1f1b', 'chimera')
+# the calibration run of each group; --calibrate-on=chimera calibrates on a run that all-reduces, so calibrate fits their time too
+CALIBRATE_ON = next((a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--calibrate-on=')), '1f1b')
 SEQ, WIDTH, G_REAL = 32, 768, 32
 SPLITS_REAL = [(4, 8), (8, 4), (16, 2)]          # (B, N) with B x N = 32
 STEPS, WARMUP = 7, 2
@@ -184,19 +188,20 @@ def main():
         work.append(('emulated', D, [('emulated', name, B, N, costs[B]) for B, N in splits for name in SCHEDS], profs))
     print(f"profiled in {time.time() - t0:.0f} s", flush=True)
     for group, D, plan, profs in work:
-        # calibration: the 1F1B run at the middle split; its traced step fits per-stage times and the time per hop
+        # calibration: one run at the middle split; its traced step fits per-stage times, the time per hop and the all-reduces
         mid = sorted({B for _, _, B, _, _ in plan})[len({B for _, _, B, _, _ in plan}) // 2]
-        ci = next(i for i, (_, name, B, _, _) in enumerate(plan) if name == '1f1b' and B == mid)
+        ci = next(i for i, (_, name, B, _, _) in enumerate(plan) if name == CALIBRATE_ON and B == mid)
         meas, tl = launch_local(_runs, D, plan, ci, timeout=900)[0]
-        s_cal = make_schedule('1f1b', D, plan[ci][3])
+        s_cal = make_schedule(CALIBRATE_ON, D, plan[ci][3])
         base = _stage_level(profs[mid], D)
         cal = calibrate(base, tl, s_cal, target=meas[ci])
         k = [(c.forward_s / b.forward_s, c.backward_s / b.backward_s) for c, b in zip(cal.layers, base.layers)]
-        cals[group, D] = {B: dataclasses.replace(_stage_level(p, D, k, cal.p2p_latency), action_overhead=0.0)   # measured times include it
+        cals[group, D] = {B: dataclasses.replace(_stage_level(p, D, k, cal.p2p_latency), action_overhead=0.0,   # measured times include it
+                                                 ar_alpha=cal.ar_alpha, ar_beta=cal.ar_beta)   # fitted when the calibration run all-reduces
                           for B, p in profs.items()}
-        print(f"{group} D={D}: {len(plan)} runs; calibrated on 1f1b B={mid}: stage time x{statistics.fmean(f for f, _ in k):.2f} (F) "
-              f"x{statistics.fmean(b for _, b in k):.2f} (B), hop {cal.p2p_latency * 1e3:.2f} ms (profile's {profs[mid].p2p_latency * 1e3:.2f}) "
-              f"({time.time() - t0:.0f} s)", flush=True)
+        print(f"{group} D={D}: {len(plan)} runs; calibrated on {CALIBRATE_ON} B={mid}: stage time x{statistics.fmean(f for f, _ in k):.2f} (F) "
+              f"x{statistics.fmean(b for _, b in k):.2f} (B), hop {cal.p2p_latency * 1e3:.2f} ms (profile's {profs[mid].p2p_latency * 1e3:.2f}), "
+              f"all-reduce x{cal.ar_beta / base.ar_beta if base.ar_beta else float('nan'):.2f} of the measured links ({time.time() - t0:.0f} s)", flush=True)
         for i, ((kind, name, B, N, _), m) in enumerate(zip(plan, meas)):
             s = make_schedule(name, D, N)
             raw, sim, ana = (predict(p, s, method=k_, memory=False).iteration_s

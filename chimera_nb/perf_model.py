@@ -13,7 +13,7 @@ __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 from .schedules import Schedule, make_schedule, SCHEDULES, replay
 from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3, lower_bound
@@ -681,6 +681,22 @@ def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:
                        backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
             for s, p in enumerate(sp)]
 
+# %% ../nbs/08_perf_model.ipynb #49d8931b
+def _fit_up(f:Callable, # increasing in x >= 0
+            target:float, hi:float) -> float:
+    "The x >= 0 where f(x) meets `target` (bisection; `hi` doubled until f reaches it), or 0 if f(0) already does or f never can."
+    if f(0.0) >= target: return 0.0
+    hi = max(hi, 1e-12)
+    for _ in range(40):
+        if f(hi) >= target: break
+        hi *= 2
+    else: return 0.0   # x does not move f (no hop on a one-rank pipeline): it explains nothing
+    lo = 0.0
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return (lo + hi) / 2
+
 # %% ../nbs/08_perf_model.ipynb #d2cc75d2
 def calibrate(profile:Profile, # the profile the traced run was predicted with (bytes and links are kept)
               timeline:Timeline, # a measured (or emulated) step
@@ -688,22 +704,25 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
               dp:int=1, sync:str='eager',
               target:float|None=None, # the step's measured seconds (default: the timeline's makespan)
              ) -> Profile:
-    "A profile with the stages' measured times and the hop (p2p latency) fitted so that the simulator reproduces `timeline`."
+    "A profile with the stages' measured times, the hop (p2p latency) and, if the step all-reduced, the all-reduce's time fitted so that the simulator reproduces `timeline`."
     if not isinstance(timeline, Timeline) or not timeline.events: raise ValueError("calibrate needs a measured Timeline with events")
     S = schedule.num_stages
     lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=f'calibrated from {profile.source}',   # measured now: `at` scales it, never re-estimates
                               action_overhead=0.0)   # the measured stage times include it
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
-    span = lambda hop: predict(dataclasses.replace(cal, p2p_latency=hop), schedule, dp, sync, 'simulate', memory=False).iteration_s
-    # fitted both ways: a profile's hop can be too short (Python around each action) or too long (a zero-compute
+    a, b = (cal.ar_alpha, cal.ar_beta) if cal.ar_alpha or cal.ar_beta else (0.0, 1e-9)   # no links measured: β from 1 GB/s
+    run = lambda hop, x=1.0: predict(dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a * x, ar_beta=b * x), schedule, dp, sync,
+                                     'simulate', memory=False)
+    # the hop is fitted both ways: a profile's can be too short (Python around each action) or too long (a zero-compute
     # measurement on shared cores pays wake-ups that a computing run does not)
-    lo, hi = 0.0, profile.p2p_latency + max(target, 1e-9)
-    if span(0.0) >= target: return dataclasses.replace(cal, p2p_latency=0.0)
-    for _ in range(40):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if span(mid) < target else (lo, mid)
-    return dataclasses.replace(cal, p2p_latency=(lo + hi) / 2)
+    if not any(e.kind == 'AR' for e in timeline.events) or run(0.0).breakdown.allreduce == 0:   # no all-reduce in the step, or in its model
+        return dataclasses.replace(cal, p2p_latency=_fit_up(lambda h: run(h).iteration_s, target, profile.p2p_latency + target))
+    # all-reduces never delay the compute: the hop makes its end, the all-reduces' scale the rest of the step
+    done = max(e.end for e in timeline.events if e.kind in ('F', 'B', 'W'))
+    hop = _fit_up(lambda h: (p := run(h)).iteration_s - p.breakdown.allreduce, done, profile.p2p_latency + done)
+    x = _fit_up(lambda x: run(hop, x).iteration_s, target, 1.0)
+    return dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a * x, ar_beta=b * x)
 
 # %% ../nbs/08_perf_model.ipynb #4f16c085
 def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
