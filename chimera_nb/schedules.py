@@ -405,12 +405,12 @@ def replay(s:Schedule, # the schedule
     """Run every rank's list in dependency order; raise `ScheduleError` naming each stuck rank if the lists deadlock.
     Returns ([(rank, action, start, end)] as run, {action: the dependency that made it wait, else the rank's previous
     action, or None}): the performance model times shapes with it, the validator only checks it ends."""
-    S, n = s.num_stages, s.num_ranks
+    S, n, orders = s.num_stages, s.num_ranks, s.orders   # orders read once: a rank is resumed each time it is unblocked
     end, held_by, waiters, ran = {}, {}, {}, []  # waiters: action -> ranks blocked on it, re-examined when it completes
     pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
     while stack:
         r = stack.pop()
-        order, i, t, prev = s.orders[r], pos[r], clock[r], last[r]
+        order, i, t, prev = orders[r], pos[r], clock[r], last[r]
         while i < len(order):
             a = order[i]; k, st, mb, p = a
             start, why = t, prev

@@ -25,6 +25,7 @@ def sig3(x:float) -> str:
 # %% ../nbs/01_simulate.ipynb #49841113
 def _check_time(v, what:str, positive:bool=False, allow_inf:bool=False) -> float:
     "`v` as a float if it is a real number (any numeric type), finite (unless `allow_inf`) and >= 0 (> 0 if `positive`)."
+    if type(v) is float and (v > 0 if positive else v >= 0) and (allow_inf or v < math.inf): return v   # the common case, cheaply: a search checks 100k
     return check_number(f"Costs.{what}", v, float, lo=0, open_lo=positive, finite=not allow_inf)
 
 # %% ../nbs/01_simulate.ipynb #s2010002
