@@ -711,17 +711,18 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=f'calibrated from {profile.source}',   # measured now: `at` scales it, never re-estimates
                               action_overhead=0.0)   # the measured stage times include it
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
+    run = lambda hop, a=cal.ar_alpha, b=cal.ar_beta: predict(dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a, ar_beta=b),
+                                                             schedule, dp, sync, 'simulate', memory=False)
     a, b = (cal.ar_alpha, cal.ar_beta) if cal.ar_alpha or cal.ar_beta else (0.0, 1e-9)   # no links measured: β from 1 GB/s
-    run = lambda hop, x=1.0: predict(dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a * x, ar_beta=b * x), schedule, dp, sync,
-                                     'simulate', memory=False)
     # the hop is fitted both ways: a profile's can be too short (Python around each action) or too long (a zero-compute
     # measurement on shared cores pays wake-ups that a computing run does not)
-    if not any(e.kind == 'AR' for e in timeline.events) or run(0.0).breakdown.allreduce == 0:   # no all-reduce in the step, or in its model
+    if not any(e.kind == 'AR' for e in timeline.events) or run(0.0, a, b).breakdown.allreduce == 0:   # no all-reduce in the step, or in its model
         return dataclasses.replace(cal, p2p_latency=_fit_up(lambda h: run(h).iteration_s, target, profile.p2p_latency + target))
-    # all-reduces never delay the compute: the hop makes its end, the all-reduces' scale the rest of the step
-    done = max(e.end for e in timeline.events if e.kind in ('F', 'B', 'W'))
-    hop = _fit_up(lambda h: (p := run(h)).iteration_s - p.breakdown.allreduce, done, profile.p2p_latency + done)
-    x = _fit_up(lambda x: run(hop, x).iteration_s, target, 1.0)
+    # all-reduces never delay the compute: the hop makes its end, the all-reduces' scale the rest of the step (the
+    # compute's end taken at its share of the traced step, so that both parts fit the same `target`)
+    done = (max(e.end for e in timeline.events if e.kind in ('F', 'B', 'W')) - timeline.start_time) * target / timeline.makespan
+    hop = _fit_up(lambda h: (p := run(h, a, b)).iteration_s - p.breakdown.allreduce, done, profile.p2p_latency + done)
+    x = _fit_up(lambda x: run(hop, a * x, b * x).iteration_s, target, 1.0)
     return dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a * x, ar_beta=b * x)
 
 # %% ../nbs/08_perf_model.ipynb #4f16c085

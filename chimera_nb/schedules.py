@@ -88,7 +88,8 @@ class _Orders:
     "The `orders` field: a list, or a `Deferred` made into one when read."
     def __get__(self, obj, owner=None):
         if obj is None: raise AttributeError('orders')   # no default: the field stays required
-        v = obj.__dict__['orders']
+        try: v = obj.__dict__['orders']
+        except KeyError: raise AttributeError('orders') from None   # an instance not initialised: as a missing attribute
         return v() if type(v) is Deferred else v
     def __set__(self, obj, value): obj.__dict__['orders'] = value
 
