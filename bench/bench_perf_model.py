@@ -13,14 +13,14 @@ Predicted = perf_model.predict(..., method='simulate') (the lowered program with
 runtime's time per hop measured once per process count by measure.measure_overhead, a zero-compute step, and its
 cost per real compute action once by measure.measure_action_overhead; nothing fitted to any run), the same with the
 real runs' stages profiled as stages, D processes at once (how the training summary profiles before a run), and after perf_model.calibrate on ONE traced run per group
-(1F1B at the middle B, its traced step nearest the median: per-stage time factors and the time per hop, fitted from zero up;
-with --calibrate-on=chimera, Chimera's run, whose all-reduces calibrate fits as well: the hop to where the compute ends, the
-all-reduces' time to the rest of the step); the
+(Chimera at the middle B, its traced step nearest the median: per-stage time factors, the time per hop fitted from zero up to
+where the compute ends, and the all-reduces' time to the rest of the step; --calibrate-on=1f1b calibrates on 1F1B, which
+does not all-reduce at W = 1, as the tables before 2026-11-26 did); the
 error is averaged over the other runs.
 Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
-Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=chimera]     (about 70 s on 2 cores)
+Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=1f1b]     (about 70 s on 2 cores)
 """
 import dataclasses, statistics, sys, time
 import torch
@@ -37,8 +37,8 @@ from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 
 SCHEDS = ('gpipe', '1f1b', 'chimera')
-# the calibration run of each group; --calibrate-on=chimera calibrates on a run that all-reduces, so calibrate fits their time too
-CALIBRATE_ON = next((a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--calibrate-on=')), '1f1b')
+# the calibration run of each group: Chimera's all-reduces let calibrate fit their time too (--calibrate-on=1f1b: the tables before 2026-11-26)
+CALIBRATE_ON = next((a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--calibrate-on=')), 'chimera')
 SEQ, WIDTH, G_REAL = 32, 768, 32
 SPLITS_REAL = [(4, 8), (8, 4), (16, 2)]          # (B, N) with B x N = 32
 STEPS, WARMUP = 7, 2
