@@ -378,7 +378,7 @@ def autotune(gpus:int, # P
     base = spec or base_spec(first, model, hardware, sync)
     import pandas as pd   # before the clock starts: its first import is not the search's time
     t0 = time.perf_counter()
-    with gc_paused():  # one pause for the whole search: re-enabling the collector per schedule costs a full collection each
+    with gc_paused(promote=True):  # one pause for the whole search (re-enabling the collector per schedule costs a collection each); its caches go straight to the oldest generation
         todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
         ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None)
         ok = _checked(ok, exact or 10, prof_at)

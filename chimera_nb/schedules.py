@@ -65,12 +65,14 @@ def parse_action(token:str) -> Action:
 
 # %% ../nbs/00_schedules.ipynb #bc828c96
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused(promote:bool=False, # on leaving, move what survived straight to the oldest generation (freeze, unfreeze): no young collection scans it
+             ):
     "Pause the cyclic garbage collector for an allocation-heavy pass that creates no cycles."
     was = gc.isenabled()
     gc.disable()
     try: yield
     finally:
+        if was and promote: gc.freeze(); gc.unfreeze()   # O(1) list moves; nothing stays frozen
         if was: gc.enable()
 
 # %% ../nbs/00_schedules.ipynb #91a93bbe
