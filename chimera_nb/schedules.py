@@ -411,25 +411,26 @@ def replay(s:Schedule, # the schedule
     S, n, orders = s.num_stages, s.num_ranks, s.orders   # orders read once: a rank is resumed each time it is unblocked
     end, held_by, waiters, ran = {}, {}, {}, []  # waiters: action -> ranks blocked on it, re-examined when it completes
     pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
-    while stack:
-        r = stack.pop()
-        order, i, t, prev = orders[r], pos[r], clock[r], last[r]
-        while i < len(order):
-            a = order[i]; k, st, mb, p = a
-            start, why = t, prev
-            for dk, o in DEPENDS[k]:
-                if 0 <= st + o < S:
-                    d = (dk, st + o, mb, p); e = end.get(d)
-                    if e is None: break                        # not done yet: wait for it
-                    if e > start: start, why = e, d            # ties: the rank's own previous action
-            else:
-                t = end[a] = start + durations[k][st] if durations is not None else start
-                held_by[a] = why; prev = a; i += 1
-                ran.append((r, a, start, t))
-                if a in waiters: stack.extend(waiters.pop(a))
-                continue
-            waiters.setdefault(d, []).append(r); break
-        pos[r], clock[r], last[r] = i, t, prev
+    with gc_paused():   # tens of thousands of tuples that stay alive: the collector would scan them again and again
+        while stack:
+            r = stack.pop()
+            order, i, t, prev = orders[r], pos[r], clock[r], last[r]
+            while i < len(order):
+                a = order[i]; k, st, mb, p = a
+                start, why = t, prev
+                for dk, o in DEPENDS[k]:
+                    if 0 <= st + o < S:
+                        d = (dk, st + o, mb, p); e = end.get(d)
+                        if e is None: break                        # not done yet: wait for it
+                        if e > start: start, why = e, d            # ties: the rank's own previous action
+                else:
+                    t = end[a] = start + durations[k][st] if durations is not None else start
+                    held_by[a] = why; prev = a; i += 1
+                    ran.append((r, a, start, t))
+                    if a in waiters: stack.extend(waiters.pop(a))
+                    continue
+                waiters.setdefault(d, []).append(r); break
+            pos[r], clock[r], last[r] = i, t, prev
     stuck = [r for r in range(n) if pos[r] < len(s.orders[r])]
     if stuck: raise ScheduleError(_deadlock_message(s, pos, end, stuck))
     return ran, held_by
