@@ -6,12 +6,12 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
-           'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'unoverlapped',
-           'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory', 'state_memory',
-           'cross_check', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
+           'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'group_allreduce_time',
+           'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory',
+           'state_memory', 'cross_check', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
-import dataclasses, datetime, json, math, numbers, os, platform, statistics, time
+import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
 from .schedules import Schedule, make_schedule, SCHEDULES, replay
@@ -37,6 +37,8 @@ class Hardware(NamedTuple):
     assumed: str          # which numbers are assumptions
     source: str           # where the others come from
     backward_ratio: float = 2.0  # backward / forward time of a layer (the paper's B_t = 2 F_t unless measured)
+    gpus_per_node: int = 1       # GPUs on one node: ranks fill nodes in order (rank w·D + d on node (w·D + d) // gpus_per_node)
+    links_per_node: int = 1      # the node's network links (NICs) that its GPUs' all-reduces share
 
     def flops_at(self, tokens:float) -> float:
         "Achieved FLOP/s on a micro-batch of `tokens` tokens."
@@ -63,19 +65,25 @@ HARDWARE |= {
     'b200': Hardware('b200', 2.25e15, 180 * _GB, 8e-6, 900 * _GB, 10e-6, 1 / (50 * _GB), 0.40, 4096, 'bfloat16',
         assumed='efficiency 40%, half_tokens; pipeline neighbours on one node (NVLink 5, 900 GB/s each way), all-reduce across '
                 'nodes over one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s); NCCL latencies 8-10 us',
-        source='NVIDIA HGX B200 data sheet: 2.25 PFLOP/s dense BF16, 180 GB HBM3e, NVLink 5 1.8 TB/s'),
+        source='NVIDIA HGX B200 data sheet: 2.25 PFLOP/s dense BF16, 180 GB HBM3e, NVLink 5 1.8 TB/s; NVIDIA DGX B200: 8 GPUs and '
+               '8 single-port ConnectX-7 400 Gb/s for the compute network per node (HiPerGator hpg-b200: 8 per node)',
+        gpus_per_node=8, links_per_node=8),
     'rtx6000-ada': Hardware('rtx6000-ada', 182e12, 48 * _GB, 15e-6, 25 * _GB, 20e-6, 1 / (25 * _GB), 0.40, 2048, 'bfloat16',
         assumed='efficiency 40%, half_tokens; no NVLink: PCIe 4.0 x16 between GPUs (25 of 32 GB/s), InfiniBand HDR 200 Gb/s '
                 'across nodes; check whether hpg-rtx6000 holds Quadro RTX 6000 (Turing, 24 GB) instead',
         source='NVIDIA RTX 6000 Ada data sheet: 48 GB GDDR6, 364 TFLOP/s FP16 tensor with sparsity (182 dense)'),
     'rtx-pro-6000': Hardware('rtx-pro-6000', 500e12, 96 * _GB, 15e-6, 50 * _GB, 20e-6, 1 / (25 * _GB), 0.40, 2048, 'bfloat16',
         assumed='BF16 dense 500 TFLOP/s (the data sheet gives 4 PFLOPS FP4 with sparsity: halved for dense and twice for BF16); '
-                'efficiency 40%, half_tokens; no NVLink: PCIe 5.0 x16 between GPUs (50 of 64 GB/s), InfiniBand HDR 200 Gb/s across nodes',
+                'efficiency 40%, half_tokens; no NVLink: PCIe 5.0 x16 between GPUs (50 of 64 GB/s), one InfiniBand HDR 200 Gb/s '
+                'port per node, shared by its 8 GPUs (no public count of the ports; set links_per_node if yours has more)',
         source='NVIDIA RTX PRO 6000 Blackwell Server Edition data sheet: 96 GB GDDR7 ECC, PCIe 5.0 x16; HiPerGator hpg-rtx6000 '
-               '(8 per node, gres type rtx_pro_6000, from users\' 2026 job scripts)'),
+               '(8 per node, gres type rtx_pro_6000, from users\' 2026 job scripts)',
+        gpus_per_node=8, links_per_node=1),
     'l4': Hardware('l4', 121e12, 24 * _GB, 15e-6, 25 * _GB, 20e-6, 1 / (25 * _GB), 0.40, 2048, 'bfloat16',
-        assumed='efficiency 40%, half_tokens; no NVLink: PCIe 4.0 x16 (25 of 32 GB/s), InfiniBand HDR 200 Gb/s across nodes',
-        source='NVIDIA L4 data sheet: 24 GB GDDR6, 242 TFLOP/s BF16 with sparsity (121 dense)'),
+        assumed='efficiency 40%, half_tokens; no NVLink: PCIe 4.0 x16 (25 of 32 GB/s), one InfiniBand HDR 200 Gb/s port per '
+                'node, shared by its 3 GPUs (no public count of the ports)',
+        source='NVIDIA L4 data sheet: 24 GB GDDR6, 242 TFLOP/s BF16 with sparsity (121 dense); HiPerGator hpg-turin: 3 per node',
+        gpus_per_node=3, links_per_node=1),
 }
 
 # %% ../nbs/08_perf_model.ipynb #6d9717a0
@@ -83,6 +91,7 @@ def check_hardware(h:Hardware) -> Hardware:
     "`h` if its resources are usable (positive FLOP/s, memory, bandwidths; efficiency in (0, 1]), else a ValueError naming the field."
     for n in ('peak_flops', 'memory_bytes', 'p2p_bandwidth', 'half_tokens'): check_number(f"Hardware.{n}", getattr(h, n), float, lo=0, open_lo=True)
     for n in ('p2p_latency', 'ar_alpha', 'ar_beta'): check_number(f"Hardware.{n}", getattr(h, n), float, lo=0)
+    for n in ('gpus_per_node', 'links_per_node'): check_number(f"Hardware.{n}", getattr(h, n), int, lo=1)
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     return h
 
@@ -145,6 +154,8 @@ class Profile:
     memory_bytes: float = math.inf   # device memory
     comm_overlaps: bool = True  # all-reduces overlap compute (False: gloo on CPU cores that compute, so they add up)
     action_overhead: float = 0.0  # s the runtime adds to every forward and backward it runs (`measure_action_overhead`)
+    gpus_per_node: int = 1      # GPUs per node (`Hardware.gpus_per_node`): all-reduces within a node run over the p2p links
+    links_per_node: int = 1     # network links a node's GPUs share for all-reduces across nodes
     ties: list = field(default_factory=list)  # [(layer indices, bytes)]: one parameter copied on several layers (tied embeddings)
     versions: dict = field(default_factory=dict)
     date: str = ''
@@ -153,6 +164,7 @@ class Profile:
         self.layers = _checked_layers(self.model, self.layers)
         self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1)
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
+        for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
@@ -308,6 +320,7 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
                    hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
                    ties=[((0, L + 1), w * V * h)],  # the head's decoder is the word embedding (models.build ties them)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(_versions()),
+                   gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node,
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08_perf_model.ipynb #b350cdde
@@ -400,6 +413,29 @@ def allreduce_time(replicas:int, # r
     if replicas == 1: return 0.0
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 
+# %% ../nbs/08_perf_model.ipynb #d77c3cb7
+def group_allreduce_time(profile:Profile, # its links and its GPUs per node
+                         replicas:Sequence[int], # the pipeline ranks holding the stage (`s.replicas(stage)`)
+                         D:int, dp:int, # pipeline depth and W: the group is rank w·D + r for each replica w and rank r
+                         nbytes:float, # bytes of the gradients
+                         busy:int|None=None, # a node's GPUs that all-reduce across nodes at once (default: all of them, at most D)
+                        ) -> float:
+    "Seconds to all-reduce one stage's gradients among its W × replicas: within a node over its p2p links, else over the network the node's GPUs share."
+    r, g = len(replicas) * dp, profile.gpus_per_node
+    if r <= 1: return 0.0
+    if g > 1 and min(replicas) // g == ((dp - 1) * D + max(replicas)) // g:   # every member on one node
+        return allreduce_time(r, nbytes, profile.p2p_latency, 1 / profile.p2p_bandwidth)
+    share = max(1.0, (min(g, D) if busy is None else busy) / profile.links_per_node)   # the node's GPUs reducing at once, per link
+    return allreduce_time(r, nbytes, profile.ar_alpha, profile.ar_beta * share)
+
+# %% ../nbs/08_perf_model.ipynb #f9bea7b6
+def _crossing(s:Schedule, profile:Profile, dp:int) -> int:
+    "A node's GPUs that all-reduce across nodes at once, on the busiest node (`group_allreduce_time`'s `busy`)."
+    g = profile.gpus_per_node
+    if g == 1 or dp > 1: return min(g, s.num_ranks)
+    across = [r for r in range(s.num_ranks) if any(len({x // g for x in s.replicas(st)}) > 1 for st in s.stages_of(r))]
+    return max(collections.Counter(r // g for r in across).values(), default=1)
+
 # %% ../nbs/08_perf_model.ipynb #72a51657
 def unoverlapped(info:ShapeInfo, # the shape
                  scale:float, # seconds per unit F of the shape's timeline
@@ -485,7 +521,8 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
     sp = _stage_times(s, profile)
-    ar = [allreduce_time(len(s.replicas(i)) * dp, p.param_bytes, profile.ar_alpha, profile.ar_beta) for i, p in enumerate(sp)]
+    busy = _crossing(s, profile, dp)
+    ar = [group_allreduce_time(profile, s.replicas(i), s.num_ranks, dp, p.param_bytes, busy) for i, p in enumerate(sp)]
     msg = max((p.out_bytes for p in sp[:-1]), default=0) * s.microbatch_scale   # halving sends half micro-batches
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
     return sp, ar, c
@@ -509,7 +546,7 @@ def _tie_time(s:Schedule, profile:Profile, dp:int) -> float:
     for stages, nbytes in profile.stage_ties(s.num_stages):
         holders = {r for st in stages for r in s.replicas(st)}
         if all(set(stages) <= set(s.stages_of(r)) for r in holders): continue  # each rank sums its own copies
-        out += allreduce_time(len(holders) * dp, nbytes, profile.ar_alpha, profile.ar_beta)
+        out += group_allreduce_time(profile, sorted(holders), s.num_ranks, dp, nbytes, busy=1)   # after the step's all-reduces: alone
     return out
 
 # %% ../nbs/08_perf_model.ipynb #s2080056

@@ -81,8 +81,7 @@ class Deferred:
     def __init__(self, make:Callable): self.make, self.value = make, None  # make() -> the per-rank action lists
     def __call__(self) -> list:
         if self.value is None:
-            with gc_paused(): self.value = self.make()
-            self.make = None
+            with gc_paused(): self.value, self.make = self.make(), None   # a failure keeps make: raised again on every read
         return self.value
     def __reduce__(self): return list, (self(),)   # pickled and copied as the orders themselves
 
