@@ -11,7 +11,7 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .partition import OPTIMIZER_STATES
-from .perf_model import Profile, Prediction, Breakdown, group_allreduce_time, estimate_profile, predict, HARDWARE, _stage_times, _tie_time
+from .perf_model import Profile, Prediction, Breakdown, group_allreduce_time, estimate_profile, predict, HARDWARE, _stage_times, _tie_time, _crossing
 from .schedules import make_schedule
 
 # %% ../nbs/08a_baselines.ipynb #a51c0002
@@ -44,7 +44,7 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     if scheme not in ASYNC_SCHEMES: raise ValueError(f"unknown asynchronous scheme {scheme!r}: choose one of {list(ASYNC_SCHEMES)}")
     flat = make_schedule('1f1b', D, N)   # the same stages on the same ranks: its per-action overhead and tied copies apply alike
     a, sp, ov = ASYNC_SCHEMES[scheme], _stage_times(flat, profile), profile.comm_overlaps
-    ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes) for i, p in enumerate(sp)]   # stage i on pipeline rank i
+    ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes, _crossing(flat, profile, dp)) for i, p in enumerate(sp)]   # stage i on rank i
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
     hidden = lambda ari, p: max(0.0, ari - p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
     step = [c + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]

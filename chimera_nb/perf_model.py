@@ -430,11 +430,15 @@ def group_allreduce_time(profile:Profile, # its links and its GPUs per node
 
 # %% ../nbs/08_perf_model.ipynb #f9bea7b6
 def _crossing(s:Schedule, profile:Profile, dp:int) -> int:
-    "A node's GPUs that all-reduce across nodes at once, on the busiest node (`group_allreduce_time`'s `busy`)."
-    g = profile.gpus_per_node
-    if g == 1 or dp > 1: return min(g, s.num_ranks)
-    across = [r for r in range(s.num_ranks) if any(len({x // g for x in s.replicas(st)}) > 1 for st in s.stages_of(r))]
-    return max(collections.Counter(r // g for r in across).values(), default=1)
+    "A node's all-reduces across nodes at once, on the busiest node (`group_allreduce_time`'s `busy`): its pipeline ranks with a stage whose replicas span nodes."
+    g, D = profile.gpus_per_node, s.num_ranks
+    if g == 1: return 1
+    spans = {st for st in range(s.num_stages) if min(s.replicas(st)) // g != ((dp - 1) * D + max(s.replicas(st))) // g}
+    across = [any(st in spans for st in s.stages_of(d)) for d in range(D)]
+    nodes = collections.defaultdict(set)   # node -> pipeline ranks reducing across nodes: replicas of one rank reduce the same stage at once
+    for r in range(min(dp * D, math.lcm(D, g))):   # the layout repeats every lcm(D, g) ranks
+        if across[r % D]: nodes[r // g].add(r % D)
+    return max(map(len, nodes.values()), default=1)
 
 # %% ../nbs/08_perf_model.ipynb #72a51657
 def unoverlapped(info:ShapeInfo, # the shape
@@ -753,7 +757,8 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     a, b = (cal.ar_alpha, cal.ar_beta) if cal.ar_alpha or cal.ar_beta else (0.0, 1e-9)   # no links measured: β from 1 GB/s
     # the hop is fitted both ways: a profile's can be too short (Python around each action) or too long (a zero-compute
     # measurement on shared cores pays wake-ups that a computing run does not)
-    if not any(e.kind == 'AR' for e in timeline.events) or run(0.0, a, b).breakdown.allreduce == 0:   # no all-reduce in the step, or in its model
+    net = lambda x: run(0.0, a * x, b * x).breakdown.allreduce   # the all-reduce the network's links time (within a node the p2p links do)
+    if not any(e.kind == 'AR' for e in timeline.events) or net(1.0) == net(2.0):   # no all-reduce in the step, or none over the network in its model
         return dataclasses.replace(cal, p2p_latency=_fit_up(lambda h: run(h).iteration_s, target, profile.p2p_latency + target))
     # all-reduces never delay the compute: the hop makes its end, the all-reduces' scale the rest of the step (the
     # compute's end taken at its share of the traced step, so that both parts fit the same `target`)
