@@ -414,6 +414,10 @@ def allreduce_time(replicas:int, # r
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 
 # %% ../nbs/08_perf_model.ipynb #d77c3cb7
+def _one_node(replicas:Sequence[int], D:int, dp:int, g:int) -> bool:
+    "Whether ranks w·D + r (every w < dp, r in `replicas`) sit on one node of g GPUs: its lowest and highest do."
+    return min(replicas) // g == ((dp - 1) * D + max(replicas)) // g
+
 def group_allreduce_time(profile:Profile, # its links and its GPUs per node
                          replicas:Sequence[int], # the pipeline ranks holding the stage (`s.replicas(stage)`)
                          D:int, dp:int, # pipeline depth and W: the group is rank w·D + r for each replica w and rank r
@@ -423,7 +427,7 @@ def group_allreduce_time(profile:Profile, # its links and its GPUs per node
     "Seconds to all-reduce one stage's gradients among its W × replicas: within a node over its p2p links, else over the network the node's GPUs share."
     r, g = len(replicas) * dp, profile.gpus_per_node
     if r <= 1: return 0.0
-    if g > 1 and min(replicas) // g == ((dp - 1) * D + max(replicas)) // g:   # every member on one node
+    if g > 1 and _one_node(replicas, D, dp, g):
         return allreduce_time(r, nbytes, profile.p2p_latency, 1 / profile.p2p_bandwidth)
     share = max(1.0, (min(g, D) if busy is None else busy) / profile.links_per_node)   # the node's GPUs reducing at once, per link
     return allreduce_time(r, nbytes, profile.ar_alpha, profile.ar_beta * share)
@@ -433,7 +437,7 @@ def _crossing(s:Schedule, profile:Profile, dp:int) -> int:
     "A node's all-reduces across nodes at once, on the busiest node (`group_allreduce_time`'s `busy`): its pipeline ranks with a stage whose replicas span nodes."
     g, D = profile.gpus_per_node, s.num_ranks
     if g == 1: return 1
-    spans = {st for st in range(s.num_stages) if min(s.replicas(st)) // g != ((dp - 1) * D + max(s.replicas(st))) // g}
+    spans = {st for st in range(s.num_stages) if not _one_node(s.replicas(st), D, dp, g)}
     across = [any(st in spans for st in s.stages_of(d)) for d in range(D)]
     nodes = collections.defaultdict(set)   # node -> pipeline ranks reducing across nodes: replicas of one rank reduce the same stage at once
     for r in range(min(dp * D, math.lcm(D, g))):   # the layout repeats every lcm(D, g) ranks
