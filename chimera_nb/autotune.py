@@ -17,6 +17,7 @@ from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
 from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory, state_memory, cross_check
+from .partition import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch
@@ -295,7 +296,7 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float)
     from chimera_nb.search import search_schedule
     from chimera_nb.simulate import Costs, simulate
     sp = prof.stage_profiles(c.D)
-    costs = Costs([p.forward_s for p in sp], [p.backward_s / 2 for p in sp], [p.backward_s / 2 for p in sp],
+    costs = Costs([p.forward_s for p in sp], [split_times(p)[0] for p in sp], [split_times(p)[1] for p in sp],
                   p2p=prof.p2p_latency + max((p.out_bytes for p in sp[:-1]), default=0) / prof.p2p_bandwidth)
     cap = max(simulate(c.make()).peak_activations)
     try: r = search_schedule(c.D, c.N, costs, memory=cap, time_limit=seconds, method='heuristic')

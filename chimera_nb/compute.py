@@ -6,7 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/compute.html.md"""
 
 # %% auto #0
 __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context', 'ComputeBackend', 'ModuleCompute',
-           'RecomputeCompute', 'EvalCompute', 'EmulatedCompute', 'make_compute', 'HostClock', 'make_clock', 'CudaClock']
+           'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute', 'make_compute',
+           'HostClock', 'make_clock', 'CudaClock']
 
 # %% ../nbs/06f_compute.ipynb #bb62568e
 import contextlib, math, threading, time
@@ -265,27 +266,37 @@ def backward(self:ModuleCompute, a, grads):
     self.live.pop((a.stage, a.microbatch, a.pipe), None)
     return None if a.stage == 0 else _or_zeros([x.grad for x in xs], xs)
 
+# %% ../nbs/06f_compute.ipynb #2a094f95
+def input_grads(outs:list, gouts, # the outputs and their gradients (None: `outs` is the loss)
+                xs:list, # the inputs that take gradients (may be empty: a first stage)
+                params:list, # the weights that take gradients
+               ) -> tuple:
+    "B of a split backward: (the input gradients, what `weight_grads` needs)."
+    if xs and _compat.split_backward_available():
+        gx, groups = _compat.stage_backward_input(outs, gouts, xs, iter(params))   # the gradients at the weight-using nodes kept
+        return gx, ('groups', groups)
+    gx = torch.autograd.grad(outs, xs, gouts, retain_graph=True, allow_unused=True) if xs else []
+    return gx, ('graph', (outs, gouts))
+
+def weight_grads(params:list, kept:tuple):
+    "W of a split backward: accumulate the weights' gradients from what `input_grads` kept."
+    how, saved = kept
+    if how == 'groups': _compat.stage_backward_weight(iter(params), saved)
+    else: torch.autograd.backward(saved[0], saved[1], inputs=params)
+
 # %% ../nbs/06f_compute.ipynb #baa401f9
 @patch
 def _input_grads(self:ModuleCompute, a, outs, gouts, xs):
     "B of a split backward: the input gradients now; what W needs is kept."
-    key = (a.stage, a.microbatch, a.pipe)
     params = [p for p in self.ctx.stages[a.stage].parameters() if p.requires_grad]
-    if xs and _compat.split_backward_available():
-        # the gradients at the weight-using nodes are kept for W
-        gx, groups = _compat.stage_backward_input(outs, gouts, xs, iter(params))
-        self.wstash[key] = ('groups', groups)
-        return _or_zeros(gx, xs)
-    gx = torch.autograd.grad(outs, xs, gouts, retain_graph=True, allow_unused=True) if xs else []
-    self.wstash[key] = ('graph', (outs, gouts))
-    return None if a.stage == 0 else _or_zeros(gx, xs)
+    gx, kept = input_grads(outs, gouts, xs, params)
+    self.wstash[(a.stage, a.microbatch, a.pipe)] = kept
+    return None if a.stage == 0 and kept[0] == 'graph' else _or_zeros(gx, xs)
 
 @patch
 def weight(self:ModuleCompute, a):
-    how, saved = self.wstash.pop((a.stage, a.microbatch, a.pipe))
     params = [p for p in self.ctx.stages[a.stage].parameters() if p.requires_grad]
-    if how == 'groups': _compat.stage_backward_weight(iter(params), saved)
-    else: torch.autograd.backward(saved[0], saved[1], inputs=params)
+    weight_grads(params, self.wstash.pop((a.stage, a.microbatch, a.pipe)))
     self.live.pop((a.stage, a.microbatch, a.pipe), None)
 
 # %% ../nbs/06f_compute.ipynb #46985ab7

@@ -93,15 +93,16 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
                       comm:CommProfile|None=None, # links (default: none, free communication)
                       repeats:int=3,
                       ties:dict|None=None, # {key: [(layer index, parameter name)]}: tied copies (`models.build(...).ties`)
+                      autocast:bool=False, # bf16 autocast as the runtime's (on CUDA): what a bfloat16 run computes in
                      ) -> Profile:
     "Measure `layers` on this device (partition.profile_layers) into a `Profile`."
     import torch
     from chimera_nb.partition import profile_layers
-    lay = profile_layers(layers, sample, loss_fn, target, repeats=repeats)
+    lay = profile_layers(layers, sample, loss_fn, target, repeats=repeats, autocast=autocast)
     dev = next((p.device for l in layers for p in l.parameters()), torch.device('cpu'))
     name = torch.cuda.get_device_name(dev) if dev.type == 'cuda' else f"cpu {platform.processor() or platform.machine()} x{torch.get_num_threads()} threads"
     c = comm or CommProfile(0.0, math.inf, 0.0, 0.0, 'none', 1)
-    dt = str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
+    dt = 'bfloat16' if autocast and dev.type == 'cuda' else str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
     return Profile(model, micro_batch_size, seq_len, dt, lay, c.p2p_latency, c.p2p_bandwidth, c.ar_alpha, c.ar_beta,
                    device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured', comm_overlaps=dev.type == 'cuda',
                    ties=[(tuple(i for i, _ in places), _param_bytes(layers[places[0][0]], places[0][1])) for places in (ties or {}).values()],

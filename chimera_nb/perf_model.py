@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Sequence
 from .schedules import Schedule, make_schedule, SCHEDULES, replay
 from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3, lower_bound
-from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES
+from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES, split_times, stage_split
 from .models import PRESETS
 from .spec import PipelineSpec, check_number
 
@@ -121,7 +121,7 @@ def _checked_layers(model:str, layers:list) -> list:
     if not layers: raise ValueError("a profile needs at least one layer")
     layers = [l if isinstance(l, LayerProfile) else LayerProfile(**l) for l in layers]
     for l in layers:
-        for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes'):
+        for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes', 'input_grad_s', 'weight_grad_s'):
             check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
     if not sum(l.forward_s + l.backward_s for l in layers) > 0:
         raise ValueError(f"profile of {model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
@@ -237,7 +237,8 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
             cache[micro_batch_size] = estimate_profile(self.model, HARDWARE[self.source.split(':', 1)[1]], int(micro_batch_size), self.seq_len, self.dtype)
         return cache[micro_batch_size]
     k = micro_batch_size / self.micro_batch_size
-    lay = [l._replace(forward_s=l.forward_s * k, backward_s=l.backward_s * k, saved_bytes=int(l.saved_bytes * k),
+    lay = [l._replace(forward_s=l.forward_s * k, backward_s=l.backward_s * k, input_grad_s=l.input_grad_s * k, weight_grad_s=l.weight_grad_s * k,
+                      saved_bytes=int(l.saved_bytes * k),
                       in_bytes=int(l.in_bytes * k), out_bytes=int(l.out_bytes * k),
                       peak_bytes=int((l.peak_bytes - l.param_bytes) * k) + l.param_bytes) for l in self.layers]
     return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=lay)
@@ -248,7 +249,8 @@ def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
     work = max(max(0, l.peak_bytes - l.saved_bytes - l.param_bytes) for l in layers)
     saved, pb = sum(l.saved_bytes for l in layers), sum(l.param_bytes for l in layers)
     return LayerProfile(f"{len(layers)} layers", sum(l.params for l in layers), pb, sum(l.forward_s for l in layers),
-                        sum(l.backward_s for l in layers), saved, layers[0].in_bytes, layers[-1].out_bytes, saved + pb + work)
+                        sum(l.backward_s for l in layers), saved, layers[0].in_bytes, layers[-1].out_bytes, saved + pb + work,
+                        *stage_split(layers))
 
 # %% ../nbs/08_perf_model.ipynb #s2080020
 @patch
@@ -521,9 +523,10 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
         small = profile.at(int(B)).stage_profiles(s.num_stages)
         sp = [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
     # per action, whatever its size: the costs scale stage times by k again, so the overhead is given as o / k; a split
-    # backward runs as two actions (B and W, each half of backward_s), so it pays twice
-    ob = o / k * (2 if s.split_backward else 1)
-    return [p._replace(forward_s=p.forward_s + o / k, backward_s=p.backward_s + ob) for p in sp] if o else sp
+    # backward runs as two actions (B and W), so it pays twice
+    ob, measured = o / k * (2 if s.split_backward else 1), lambda p: p.input_grad_s + p.weight_grad_s > 0
+    return [p._replace(forward_s=p.forward_s + o / k, backward_s=p.backward_s + ob, **({} if not measured(p) else
+            dict(input_grad_s=p.input_grad_s + o / k, weight_grad_s=p.weight_grad_s + o / k))) for p in sp] if o else sp
 
 # %% ../nbs/08_perf_model.ipynb #s2080051
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
@@ -568,12 +571,17 @@ def _disagreement(sim:float, eq1:float, sp:list) -> str:
     return f"Eq. (1) gives {eq1 * 1e3:.3g} ms, {eq1 / sim - 1:+.0%} off the simulator ({why})"
 
 
+# %% ../nbs/08_perf_model.ipynb #627a44ef
+def _backward_time(s:Schedule, p:LayerProfile) -> float:
+    "A backward of stage profile `p` as `s` runs it: split into B and W or whole."
+    return sum(split_times(p)) if s.split_backward else p.backward_s
+
 # %% ../nbs/08_perf_model.ipynb #0dd92672
 def _analytic(s, sp, ar, c, dp, sync):
     "Eq. (1) with the shape's C_f, C_b; B_t = the slowest stage's backward (with its recomputed forward)."
     k = s.stage_fraction  # the profile's stages are already the schedule's: times of one of D equal stages
     F = max(p.forward_s for p in sp) / k
-    Bt = max(p.backward_s + (p.forward_s if s.recompute else 0.0) for p in sp) / k
+    Bt = max(_backward_time(s, p) + (p.forward_s if s.recompute else 0.0) for p in sp) / k
     info = shape_info(s, sync, dp, Bt / F if F > 0 else None)
     comp = F * info.cf + Bt * info.cb + c * info.hops   # a message per forward and backward on the path, whatever its size
     scale = comp / info.span if info.span else 0.0
@@ -584,11 +592,10 @@ def _analytic(s, sp, ar, c, dp, sync):
 
 # %% ../nbs/08_perf_model.ipynb #09d496f4
 def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
-    "The simulator's costs: every stage's own times (backward includes W: the profile does not split them)."
+    "The simulator's costs: every stage's own times (a split backward's B and W as measured, else half of it each)."
     f = [p.forward_s for p in sp]
-    b = [p.backward_s for p in sp]
-    if s.split_backward: b, w = [x / 2 for x in b], [x / 2 for x in b]
-    else: w = 0.0
+    if s.split_backward: b, w = (list(v) for v in zip(*map(split_times, sp)))
+    else: b, w = [p.backward_s for p in sp], 0.0
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
 
 # %% ../nbs/08_perf_model.ipynb #bb080009
@@ -719,12 +726,20 @@ def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and optio
 
 # %% ../nbs/08_perf_model.ipynb #s2080072
 def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:
-    "The stage profiles `sp` with the timeline's median forward and backward (B + W, less a recomputed forward) of each stage."
+    """The stage profiles `sp` with the timeline's median forward and backward (B + W, less a recomputed forward) of each
+    stage. A split schedule's B and W are its split's; the whole backward keeps the profile's ratio to them (and an
+    unsplit schedule's scales the profile's split)."""
     k = schedule.microbatch_scale  # event times are of (possibly half) micro-batches
-    med = lambda kinds, s: statistics.median([e.end - e.start for e in timeline.events if e.kind in kinds and e.stage == s] or [0.0])
-    return [p._replace(name=f'stage{s}', forward_s=med(('F',), s) / k,
-                       backward_s=(med(('B',), s) + med(('W',), s)) / k - (med(('F',), s) / k if schedule.recompute else 0.0))
-            for s, p in enumerate(sp)]
+    med = lambda kind, s: statistics.median([e.end - e.start for e in timeline.events if e.kind == kind and e.stage == s] or [0.0]) / k
+    def measured(s, p):
+        f, b, w = med('F', s), med('B', s), med('W', s)
+        b -= f if schedule.recompute else 0.0
+        if schedule.split_backward:
+            whole = sum(split_times(p))
+            return p._replace(name=f'stage{s}', forward_s=f, backward_s=(b + w) * p.backward_s / whole if whole else b + w, input_grad_s=b, weight_grad_s=w)
+        r = b / p.backward_s if p.backward_s else 1.0
+        return p._replace(name=f'stage{s}', forward_s=f, backward_s=b, input_grad_s=p.input_grad_s * r, weight_grad_s=p.weight_grad_s * r)
+    return [measured(s, p) for s, p in enumerate(sp)]
 
 # %% ../nbs/08_perf_model.ipynb #49d8931b
 def _fit_up(f:Callable, # increasing in x >= 0

@@ -494,7 +494,7 @@ def _profile(cfg, pm, td, rt):
     x, y = (to_device(t, rt.device) for t in split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed)))
     lay = None
     if rt.device.type == 'cpu' or rt.rank == 0:
-        try: lay = profile_layers(_on_device(pm, rt), x, pm.loss_fn, y, repeats=2, progress=False)
+        try: lay = profile_layers(_on_device(pm, rt), x, pm.loss_fn, y, repeats=2, progress=False, autocast=cfg.spec.dtype == 'bfloat16')
         except (RuntimeError, ValueError) as e: warnings.warn(f"profiling the stages before training failed, so the summary predicts no step: {e}")
     ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)] if lay else [math.nan] * 2 * len(pm.stages))   # every rank, even one that failed
     mean = lambda i: statistics.fmean(r[i] for r in ranks if not math.isnan(r[i]))

@@ -143,3 +143,40 @@ def test_profiled_cuda_times_are_the_kernels_not_their_launches():
     print(f"profiled forward {prof.forward_s * 1e3:.2f} ms, CUDA events {ref * 1e3:.2f} ms")
     assert 0.7 * ref <= prof.forward_s <= 2.0 * ref, (prof.forward_s, ref)
     assert prof.backward_s > prof.forward_s   # two matmuls per layer backward, one forward
+
+
+def test_profile_under_autocast_is_what_a_bf16_run_computes_and_keeps():
+    "profile_layers(autocast=True) times and stashes what the runtime's bf16 actions do: a Linear keeps its input in bf16, and runs faster."
+    from torch import nn
+    from chimera_nb.partition import profile_layers
+    dev = torch.device('cuda')
+    lin, x = nn.Linear(256, 256).to(dev), torch.randn(8, 256, device=dev)
+    fp32, amp = (profile_layers([lin], x, repeats=3, progress=False, autocast=a)[0] for a in (False, True))
+    assert fp32.saved_bytes == 8 * 256 * 4, fp32
+    assert amp.saved_bytes == 8 * 256 * 2, amp   # its input, stashed in bf16 (measured on an H200, 2026-11-26)
+    big = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]).to(dev)
+    xb = torch.randn(2048, 4096, device=dev)
+    t32, t16 = (profile_layers([big], xb, repeats=5, progress=False, autocast=a)[0].forward_s for a in (False, True))
+    print(f"forward fp32 {t32 * 1e3:.2f} ms, bf16 autocast {t16 * 1e3:.2f} ms")
+    assert t16 < t32, (t16, t32)
+
+
+def test_profiled_launch_bound_layer_takes_its_launch_time():
+    "A layer of many tiny kernels is bound by its launches: profiled, it takes what it takes per call repeated back to back (as in a run), not that plus a wait for the device."
+    import time
+    from torch import nn
+    from chimera_nb.partition import profile_layers
+
+    class Tiny(nn.Module):
+        def __init__(self): super().__init__(); self.w = nn.Parameter(torch.ones(16))
+        def forward(self, x):
+            for _ in range(200): x = x * self.w + 1e-3
+            return x
+    layer, x = Tiny().cuda(), torch.randn(16, device='cuda')
+    prof = profile_layers([layer], x, repeats=7, progress=False)[0]
+    for _ in range(3): layer(x)
+    torch.cuda.synchronize(); t = time.perf_counter()
+    for _ in range(20): layer(x)
+    torch.cuda.synchronize(); ref = (time.perf_counter() - t) / 20
+    print(f"launch-bound layer: profiled {prof.forward_s * 1e3:.2f} ms, back to back {ref * 1e3:.2f} ms per call")
+    assert 0.5 * ref <= prof.forward_s <= 1.5 * ref, (prof.forward_s, ref)
