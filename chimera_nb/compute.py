@@ -272,7 +272,7 @@ def input_grads(outs:list, gouts, # the outputs and their gradients (None: `outs
                 params:list, # the weights that take gradients
                ) -> tuple:
     "B of a split backward: (the input gradients, what `weight_grads` needs)."
-    if xs and _compat.split_backward_available():
+    if xs and _compat.split_backward_available() and _compat.detachable(outs):
         gx, groups = _compat.stage_backward_input(outs, gouts, xs, iter(params))   # the gradients at the weight-using nodes kept
         return gx, ('groups', groups)
     gx = torch.autograd.grad(outs, xs, gouts, retain_graph=True, allow_unused=True) if xs else []

@@ -162,11 +162,13 @@ class _Stopwatch:
     does not wait between calls, so it queues kernels ahead as a run does, and a call takes its kernels' time or, where
     launching them takes longer, its launches' (a host clock around each synchronised call would add the two). Elsewhere
     the host clock."""
-    def __init__(self, device): self.cuda, self.marks = device is not None and torch.device(device).type == 'cuda', []
+    def __init__(self, device):   # the layer's stream on its device (not the current device's), as a run's kernels queue
+        self.device, self.marks = device, []
+        self.cuda = device is not None and torch.device(device).type == 'cuda'
 
     def mark(self):
         if not self.cuda: return self.marks.append(time.perf_counter())
-        e = torch.cuda.Event(enable_timing=True); e.record(); self.marks.append(e)
+        e = torch.cuda.Event(enable_timing=True); e.record(torch.cuda.current_stream(self.device)); self.marks.append(e)
 
     def spans(self) -> list:
         "Seconds from each start mark to its end mark (marks: start, end, start, end, ...)."
@@ -205,8 +207,8 @@ def _timed_runs(layer, xin, loss_fn, target, repeats:int, params, amp:bool=False
 # %% ../nbs/03_partition.ipynb #413481aa
 def _split_runs(layer, xin, loss_fn, target, repeats:int, params, amp:bool=False) -> tuple:
     """(median B s, median W s) of `repeats` split backwards of `layer` after their forwards: the runtime's own B and W
-    (`compute.input_grads`, `weight_grads`), which cost more than one backward where launching kernels dominates. B is 0
-    where no input takes a gradient (W then runs the whole backward, as the runtime's does), W for a layer without weights."""
+    (`compute.input_grads`, `weight_grads`), which cost more than one backward where launching kernels dominates. W is 0
+    for a layer without weights. For inputs that take gradients (`profile_layers` knows the rest: W runs it all)."""
     dev = next((p.device for p in params), None) or _device_of(xin)
     xs = [l for l in flatten(xin)[0] if l.requires_grad]
     runs = [_with_loss(layer, xin, loss_fn, target, amp) for _ in range(repeats)]
@@ -218,7 +220,7 @@ def _split_runs(layer, xin, loss_fn, target, repeats:int, params, amp:bool=False
         w.mark(); weight_grads(params, kept) if params else None; w.mark()
     layer.zero_grad(set_to_none=True)
     med = lambda v: sorted(v)[len(v) // 2]
-    return (med(b.spans()) if xs else 0.0), (med(w.spans()) if params else 0.0)
+    return med(b.spans()), (med(w.spans()) if params else 0.0)
 
 # %% ../nbs/03_partition.ipynb #s2030018
 def _step_peak(layer, xin, loss_fn, target, device, amp:bool=False) -> int:
@@ -245,7 +247,8 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
         xin = _detached(x) if i > 0 else x
         lf = loss_fn if i == len(layers) - 1 else None   # the last layer's forward includes its loss
         fw, bw, y, saved = _timed_runs(layer, xin, lf, target, repeats, params, amp)
-        split = _split_runs(layer, xin, lf, target, repeats, params, amp)
+        takes_grad = any(l.requires_grad for l in flatten(xin)[0])   # else the runtime's B does nothing and its W the whole backward
+        split = _split_runs(layer, xin, lf, target, repeats, params, amp) if takes_grad else (0.0, bw)
         peak = _step_peak(layer, xin, lf, target, flatten(y)[0][0].device, amp)
         name = type(layer).__name__ + (f"[{len(layer.layers)}]" if isinstance(layer, Stage) else '')
         out.append(LayerProfile(name, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params),

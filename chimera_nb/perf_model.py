@@ -733,7 +733,7 @@ def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:
     med = lambda kind, s: statistics.median([e.end - e.start for e in timeline.events if e.kind == kind and e.stage == s] or [0.0]) / k
     def measured(s, p):
         f, b, w = med('F', s), med('B', s), med('W', s)
-        b -= f if schedule.recompute else 0.0
+        b = max(0.0, b - f) if schedule.recompute else b   # a first stage's B may be only the recomputed forward
         if schedule.split_backward:
             whole = sum(split_times(p))
             return p._replace(name=f'stage{s}', forward_s=f, backward_s=(b + w) * p.backward_s / whole if whole else b + w, input_grad_s=b, weight_grad_s=w)

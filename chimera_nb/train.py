@@ -496,9 +496,10 @@ def _profile(cfg, pm, td, rt):
     if rt.device.type == 'cpu' or rt.rank == 0:
         try: lay = profile_layers(_on_device(pm, rt), x, pm.loss_fn, y, repeats=2, progress=False, autocast=cfg.spec.dtype == 'bfloat16')
         except (RuntimeError, ValueError) as e: warnings.warn(f"profiling the stages before training failed, so the summary predicts no step: {e}")
-    ranks = rt.all_gather_floats([t for l in lay for t in (l.forward_s, l.backward_s)] if lay else [math.nan] * 2 * len(pm.stages))   # every rank, even one that failed
+    times = ('forward_s', 'backward_s', 'input_grad_s', 'weight_grad_s')
+    ranks = rt.all_gather_floats([getattr(l, t) for l in lay for t in times] if lay else [math.nan] * 4 * len(pm.stages))   # every rank, even one that failed
     mean = lambda i: statistics.fmean(r[i] for r in ranks if not math.isnan(r[i]))
-    return [l._replace(forward_s=mean(2 * k), backward_s=mean(2 * k + 1)) for k, l in enumerate(lay)] if lay else None
+    return [l._replace(**{t: mean(4 * k + j) for j, t in enumerate(times)}) for k, l in enumerate(lay)] if lay else None
 
 # %% ../nbs/07_train.ipynb #3d6f0262
 def provenance(device=None) -> dict:
@@ -553,10 +554,12 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|No
                **provenance(rt.device))
     if log.path is not None and rt.timeline is not None:
         from chimera_nb.simulate import simulate, Costs
+        from chimera_nb.partition import split_times
         from chimera_nb.viz import overlay, save_html
         tl = rt.timeline
         if profile is not None:
-            pred = simulate(rt.schedule, Costs([p.forward_s for p in profile], [p.backward_s for p in profile]), sync=rt.program.sync)
+            bw = [split_times(p) if rt.schedule.split_backward else (p.backward_s, 0.0) for p in profile]
+            pred = simulate(rt.schedule, Costs([p.forward_s for p in profile], [b for b, _ in bw], [w for _, w in bw]), sync=rt.program.sync)
             out.update(_predicted(cfg, rt.schedule, rt.program.sync, profile, clock or StepClock([tl.makespan])))
             fig = overlay(pred, tl)
         else:
