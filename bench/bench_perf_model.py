@@ -3,7 +3,7 @@
 1. Real compute, D = 2 ranks x 1 thread (gloo): a tiny BERT (masked-LM on random tokens) and an MLP, over schedules
    (GPipe, 1F1B, Chimera) and (micro-batch size B, micro-batches N) splits of one global batch. Each model's layers are
    profiled at every B here (measure.profile_layers_as; each layer's times then fitted as a + b*B over the three
-   sizes, see affine_in_B) and the links measured between two real processes
+   sizes, see measure.fit_sizes) and the links measured between two real processes
    (measure.measure_comm); the runtime's stages are the profile's time-balanced split.
 2. Emulated compute, D = 4 and 8 ranks: the runtime sleeps each action's modelled time (F = 2 ms + 1.5 ms per example,
    B = 2F), real messages over gloo; the same schedules and splits.
@@ -32,7 +32,7 @@ from chimera_nb.launch import launch_local
 from chimera_nb.models import build
 from chimera_nb.partition import LayerProfile, Stage
 from chimera_nb.perf_model import Profile, predict, calibrate
-from chimera_nb.measure import measure_comm, measure_overhead, measure_action_overhead, profile_layers_as
+from chimera_nb.measure import measure_comm, measure_overhead, measure_action_overhead, profile_layers_as, fit_sizes
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 
@@ -104,24 +104,8 @@ def _stage_level(prof, D, k=None, o=None):
     "`prof` as D stage-level layers, times scaled per stage by k, extra p2p latency o."
     sp = prof.stage_profiles(D)
     if k is not None: sp = [p._replace(forward_s=p.forward_s * kf, backward_s=p.backward_s * kb) for p, (kf, kb) in zip(sp, k)]
-    out = dataclasses.replace(prof, layers=sp, ties=prof.stage_ties(D))
+    out = dataclasses.replace(prof, layers=sp, ties=prof.stage_ties(D), fixed=[])
     return dataclasses.replace(out, p2p_latency=o) if o is not None else out
-
-
-def affine_in_B(profs):
-    """{B: Profile} with each layer's forward and backward times replaced by a least-squares a + b*B over the sizes
-    measured: a layer profiled alone for a few milliseconds at each B picks up the host's drift (here the B = 16 profile
-    once came out faster than the B = 8 one); the fit shares the noise out."""
-    Bs = sorted(profs)
-    mb = statistics.fmean(Bs); var = sum((b - mb) ** 2 for b in Bs)
-    def fit(ys):
-        my = statistics.fmean(ys); slope = sum((b - mb) * (y - my) for b, y in zip(Bs, ys)) / var
-        return [max(my + slope * (b - mb), 0.0) for b in Bs]
-    out = {B: [] for B in Bs}
-    for i in range(len(profs[Bs[0]].layers)):
-        f = fit([profs[B].layers[i].forward_s for B in Bs]); b = fit([profs[B].layers[i].backward_s for B in Bs])
-        for k, B in enumerate(Bs): out[B].append(profs[B].layers[i]._replace(forward_s=f[k], backward_s=b[k]))
-    return {B: dataclasses.replace(profs[B], layers=out[B]) for B in Bs}
 
 
 def _profile_rank(rank, world, kind, B, comm):
@@ -178,8 +162,8 @@ def main():
     rows, groups, cals = [], {}, {}
     work, staged = [], {}   # (group, D, plan, {B: profile}); {kind: {B: the stages profiled as stages}}
     for kind in ('bert-tiny', 'mlp'):
-        profs = affine_in_B({B: profile_loaded(kind, B, comm._replace(p2p_latency=hop[2])) for B, N in SPLITS_REAL})
-        profs = {B: dataclasses.replace(p, action_overhead=act) for B, p in profs.items()}
+        fitted = fit_sizes([profile_loaded(kind, B, comm._replace(p2p_latency=hop[2])) for B, N in SPLITS_REAL])
+        profs = {B: dataclasses.replace(fitted.at(B), action_overhead=act) for B, N in SPLITS_REAL}
         staged[kind] = {B: stage_profile_loaded(p, kind, B, comm._replace(p2p_latency=hop[2])) for B, p in profs.items()}
         work.append((f'real {kind}', 2, [(kind, name, B, N, profs[B].boundaries(2)) for B, N in SPLITS_REAL for name in SCHEDS], profs))
     for D, splits in ((4, [(1, 16), (2, 8), (4, 4)]), (8, [(2, 16), (4, 8)])):

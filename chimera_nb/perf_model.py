@@ -157,6 +157,7 @@ class Profile:
     gpus_per_node: int = 1      # GPUs per node (`Hardware.gpus_per_node`): all-reduces within a node run over the p2p links
     links_per_node: int = 1     # network links a node's GPUs share for all-reduces across nodes
     ties: list = field(default_factory=list)  # [(layer indices, bytes)]: one parameter copied on several layers (tied embeddings)
+    fixed: list = field(default_factory=list)  # per layer [forward, backward] s that do not grow with B (`measure.fit_sizes`); none: in proportion
     versions: dict = field(default_factory=dict)
     date: str = ''
 
@@ -168,6 +169,9 @@ class Profile:
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
+        if self.fixed and (len(self.fixed) != len(self.layers) or any(len(f) != 2 for f in self.fixed)):
+            raise ValueError(f"fixed needs one [forward, backward] pair per layer ({len(self.layers)}), got {len(self.fixed)}: fit them with measure.fit_sizes")
+        self.fixed = [[check_number('fixed time', t, float, lo=0) for t in f] for f in self.fixed]
 
 # %% ../nbs/08_perf_model.ipynb #1711825b
 import functools
@@ -236,12 +240,14 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
         if micro_batch_size not in cache:
             cache[micro_batch_size] = estimate_profile(self.model, HARDWARE[self.source.split(':', 1)[1]], int(micro_batch_size), self.seq_len, self.dtype)
         return cache[micro_batch_size]
-    k = micro_batch_size / self.micro_batch_size
-    lay = [l._replace(forward_s=l.forward_s * k, backward_s=l.backward_s * k, input_grad_s=l.input_grad_s * k, weight_grad_s=l.weight_grad_s * k,
-                      saved_bytes=int(l.saved_bytes * k),
-                      in_bytes=int(l.in_bytes * k), out_bytes=int(l.out_bytes * k),
-                      peak_bytes=int((l.peak_bytes - l.param_bytes) * k) + l.param_bytes) for l in self.layers]
-    return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=lay)
+    k, fixed = micro_batch_size / self.micro_batch_size, self.fixed or [(0.0, 0.0)] * len(self.layers)
+    grow = lambda t, t0: min(t0, t) + (t - min(t0, t)) * k   # its fixed part stays (launches, per-call costs); the rest grows with B
+    def scaled(l, f0, b0):
+        b = grow(l.backward_s, b0); r = b / l.backward_s if l.backward_s else k
+        return l._replace(forward_s=grow(l.forward_s, f0), backward_s=b, input_grad_s=l.input_grad_s * r, weight_grad_s=l.weight_grad_s * r,
+                          saved_bytes=int(l.saved_bytes * k), in_bytes=int(l.in_bytes * k), out_bytes=int(l.out_bytes * k),
+                          peak_bytes=int(max(l.peak_bytes - l.param_bytes, 0) * k) + min(l.peak_bytes, l.param_bytes))   # 0: not measured
+    return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=[scaled(l, *f) for l, f in zip(self.layers, fixed)])
 
 # %% ../nbs/08_perf_model.ipynb #96651613
 def _stage_profile(layers:Sequence[LayerProfile]) -> LayerProfile:
@@ -727,16 +733,14 @@ def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and optio
 # %% ../nbs/08_perf_model.ipynb #s2080072
 def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:
     """The stage profiles `sp` with the timeline's median forward and backward (B + W, less a recomputed forward) of each
-    stage. A split schedule's B and W are its split's; the whole backward keeps the profile's ratio to them (and an
-    unsplit schedule's scales the profile's split)."""
+    stage; a split schedule's B and W too (the whole backward keeps the profile's ratio to them, and the reverse)."""
     k = schedule.microbatch_scale  # event times are of (possibly half) micro-batches
     med = lambda kind, s: statistics.median([e.end - e.start for e in timeline.events if e.kind == kind and e.stage == s] or [0.0]) / k
     def measured(s, p):
         f, b, w = med('F', s), med('B', s), med('W', s)
         b = max(0.0, b - f) if schedule.recompute else b   # a first stage's B may be only the recomputed forward
         if schedule.split_backward:
-            whole = sum(split_times(p))
-            return p._replace(name=f'stage{s}', forward_s=f, backward_s=(b + w) * p.backward_s / whole if whole else b + w, input_grad_s=b, weight_grad_s=w)
+            return p._replace(name=f'stage{s}', forward_s=f, backward_s=(b + w) * (p.backward_s / t if (t := sum(split_times(p))) else 1.0), input_grad_s=b, weight_grad_s=w)
         r = b / p.backward_s if p.backward_s else 1.0
         return p._replace(name=f'stage{s}', forward_s=f, backward_s=b, input_grad_s=p.input_grad_s * r, weight_grad_s=p.weight_grad_s * r)
     return [measured(s, p) for s, p in enumerate(sp)]
@@ -769,7 +773,7 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     S = schedule.num_stages
     lay = _measured_stages(profile.stage_profiles(S), timeline, schedule)
     cal = dataclasses.replace(profile, layers=lay, ties=profile.stage_ties(S), source=f'calibrated from {profile.source}',   # measured now: `at` scales it, never re-estimates
-                              action_overhead=0.0)   # the measured stage times include it
+                              action_overhead=0.0, fixed=[])   # the measured stage times include it; they scale in proportion
     target = timeline.makespan if target is None else check_number('target', target, float, lo=0, open_lo=True)
     run = lambda hop, a=cal.ar_alpha, b=cal.ar_beta: predict(dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a, ar_beta=b),
                                                              schedule, dp, sync, 'simulate', memory=False)
