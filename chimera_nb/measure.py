@@ -110,6 +110,12 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08b_measure.ipynb #24c29d2f
+def _line(xs, ys) -> tuple:
+    "(a, b) of the least-squares line y = a + b·x with a, b >= 0: a cost is never negative, nor falls as B grows."
+    b, a = statistics.linear_regression(xs, ys)   # (slope, intercept)
+    if b <= 0: return statistics.fmean(ys), 0.0
+    return (a, b) if a >= 0 else (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))   # through the origin
+
 def fit_sizes(profiles:Sequence[Profile], # one model profiled at two or more micro-batch sizes (`profile_layers_as`)
              ) -> Profile:
     "The largest size's profile with each layer's times on their least-squares line a + b·B over the sizes; `fixed` holds the a's."
@@ -117,14 +123,15 @@ def fit_sizes(profiles:Sequence[Profile], # one model profiled at two or more mi
     sizes = [p.micro_batch_size for p in ps]
     if len(set(sizes)) < 2: raise ValueError(f"fit_sizes needs profiles at two or more micro-batch sizes, got {sizes}: profile another size too")
     if len({(p.model, len(p.layers)) for p in ps}) > 1: raise ValueError("fit_sizes needs profiles of one model: the same name and layers")
+    if any(p.source.startswith('estimated:') for p in ps): raise ValueError("fit_sizes fits measured profiles: an estimate knows every size already")
     top, fixed, lay = ps[-1], [], []
     for i, l in enumerate(top.layers):
-        fits = [_fit(sizes, [getattr(p.layers[i], t) for p in ps]) for t in ('forward_s', 'backward_s')]
+        fits = [_line(sizes, [getattr(p.layers[i], t) for p in ps]) for t in ('forward_s', 'backward_s')]
         f, b = (a + slope * sizes[-1] for a, slope in fits)
         r = b / l.backward_s if l.backward_s else 1.0   # the split's parts follow the backward
         lay.append(l._replace(forward_s=f, backward_s=b, input_grad_s=l.input_grad_s * r, weight_grad_s=l.weight_grad_s * r))
         fixed.append([fits[0][0], fits[1][0]])
-    return dataclasses.replace(top, layers=lay, fixed=fixed)
+    return dataclasses.replace(top, layers=lay, fixed=fixed, source=f"measured at B = {', '.join(map(str, sorted(set(sizes))))}")
 
 # %% ../nbs/08b_measure.ipynb #756fbd54
 def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 __all__ = ['HARDWARE', 'PAPER_P100_PROFILE', 'Hardware', 'check_hardware', 'fit_efficiency', 'Profile', 'estimate_profile',
            'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'group_allreduce_time',
            'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict', 'predict_bound', 'predict_memory',
-           'state_memory', 'cross_check', 'resolve_sync', 'predict_spec', 'calibrate', 'plot_breakdown']
+           'state_memory', 'cross_check', 'resolve_sync', 'predict_spec', 'calibrate']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -169,8 +169,9 @@ class Profile:
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
-        if self.fixed and (len(self.fixed) != len(self.layers) or any(len(f) != 2 for f in self.fixed)):
-            raise ValueError(f"fixed needs one [forward, backward] pair per layer ({len(self.layers)}), got {len(self.fixed)}: fit them with measure.fit_sizes")
+        self.fixed = [] if self.fixed is None else self.fixed   # JSON's null: none
+        if self.fixed and not (isinstance(self.fixed, list) and len(self.fixed) == len(self.layers) and all(isinstance(f, (list, tuple)) and len(f) == 2 for f in self.fixed)):
+            raise ValueError(f"fixed needs one [forward, backward] pair per layer ({len(self.layers)}), got {self.fixed!r:.60}: fit them with measure.fit_sizes")
         self.fixed = [[check_number('fixed time', t, float, lo=0) for t in f] for f in self.fixed]
 
 # %% ../nbs/08_perf_model.ipynb #1711825b
@@ -525,7 +526,7 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
     "Per-stage profiles at the micro-batch `s` computes (halving's half micro-batches at an estimate's lower efficiency), each action's overhead added."
     sp, k, o = profile.stage_profiles(s.num_stages), s.microbatch_scale, profile.action_overhead
     B = profile.micro_batch_size * k
-    if k != 1 and profile.source.startswith('estimated:') and B >= 1 and B == int(B):
+    if k != 1 and (profile.source.startswith('estimated:') or profile.fixed) and B >= 1 and B == int(B):   # a fixed cost does not halve
         small = profile.at(int(B)).stage_profiles(s.num_stages)
         sp = [p._replace(forward_s=q.forward_s / k, backward_s=q.backward_s / k) for p, q in zip(sp, small)]
     # per action, whatever its size: the costs scale stage times by k again, so the overhead is given as o / k; a split
@@ -789,12 +790,3 @@ def calibrate(profile:Profile, # the profile the traced run was predicted with (
     hop = _fit_up(lambda h: (p := run(h, a, b)).iteration_s - p.breakdown.allreduce, done, profile.p2p_latency + done)
     x = _fit_up(lambda x: run(hop, a * x, b * x).iteration_s, target, 1.0)
     return dataclasses.replace(cal, p2p_latency=hop, ar_alpha=a * x, ar_beta=b * x)
-
-# %% ../nbs/08_perf_model.ipynb #4f16c085
-def plot_breakdown(preds:Sequence[Prediction], title:str='Where the iteration goes'):
-    "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce."
-    import plotly.graph_objects as go
-    names = [f"{p.label} W={p.W} D={p.D} B={p.B} ({p.method})" for p in preds]
-    fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k) for k in Breakdown._fields])
-    fig.update_layout(barmode='stack', title=title, yaxis_title='ms per iteration', template='plotly_white', height=380)
-    return fig

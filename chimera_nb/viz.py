@@ -10,7 +10,7 @@ __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'GLOSSARY', 'THEMES', 'L
            'pipe_name', 'bar_color', 'gloss', 'action_name', 'pct', 'cost_label', 'as_timeline', 'resolve_theme',
            'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory',
            'unit_table', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
-           'p2p_dependencies', 'to_chrome_trace', 'export_schedule']
+           'p2p_dependencies', 'to_chrome_trace', 'plot_breakdown', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
 import colorsys, contextlib, json, logging, os, shutil
@@ -632,6 +632,15 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(trace, allow_nan=False))
     return trace
+
+# %% ../nbs/02_viz.ipynb #a78ead21
+def plot_breakdown(preds:list, # perf_model.Prediction objects
+                   title:str='Where the iteration goes'):
+    "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce (ms)."
+    names = [f"{p.label} W={p.W} D={p.D} B={p.B} ({p.method})" for p in preds]
+    fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k) for k in preds[0].breakdown._fields])
+    fig.update_layout(barmode='stack', title=title, yaxis_title='ms per iteration', template='plotly_white', height=380)
+    return fig
 
 # %% ../nbs/02_viz.ipynb #6f01f748
 EXPORTS = {'text': '.txt', 'csv': '.csv', 'torch-csv': '.torch.csv', 'trace': '.trace.json'}

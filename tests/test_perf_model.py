@@ -31,9 +31,11 @@ _layer = st.fixed_dictionaries({k: st.one_of(st.integers(-5, 10**9), st.floats(a
 
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.sampled_from(['model', 'micro_batch_size', 'seq_len', 'dtype', 'layers', 'p2p_latency', 'p2p_bandwidth',
-                                        'ar_alpha', 'ar_beta', 'junk']),
+                                        'ar_alpha', 'ar_beta', 'fixed', 'junk']),
                        st.one_of(st.integers(-3, 100), st.floats(allow_nan=True), st.text(max_size=5), st.none(),
-                                 st.lists(_layer, max_size=2))))
+                                 st.lists(_layer, max_size=2),
+                                 st.lists(st.lists(st.one_of(st.floats(allow_nan=True), st.integers(-2, 5), st.text(max_size=2), st.none()),
+                                                   max_size=3), max_size=2))))
 def test_from_json_fuzz(d):
     "Any JSON object is a profile or a ValueError/TypeError, never another exception."
     try: p = Profile.from_json(json.dumps(d))
