@@ -139,16 +139,19 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
                   comm:CommProfile|None=None, # measured links (`measure_comm()`), or None
                   repeats:int=3, seed:int=0,
                   sizes:Sequence[int]=(), # other micro-batch sizes to profile too: the times fitted as a + b·B over all (`fit_sizes`)
+                  device=None, # where to measure (default: the GPU when there is one, else the CPU)
+                  autocast:bool=False, # bf16 autocast on a GPU, as a bfloat16 run computes
                  ) -> Profile:
     "Build preset `model` (random weights) and measure its layers on one micro-batch of random tokens (and at `sizes`)."
     import torch
     from chimera_nb.models import build
     m = build(model, seed=seed)
     if m.family == 'cnn': raise ValueError("profile_model measures token models; measure the CNN with `profile_layers_as`")
-    s = int(seq_len or min(m.seq_len, 128))
+    s, dev = int(seq_len or min(m.seq_len, 128)), torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    layers = [l.to(dev) for l in m.layers]
     def at(B):
-        ids = torch.randint(0, m.config.vocab_size, (B, s), generator=torch.Generator().manual_seed(seed))
-        return profile_layers_as(model, m.layers, ids, m.loss_fn, ids.clone(), B, s, comm, repeats)
+        ids = torch.randint(0, m.config.vocab_size, (B, s), generator=torch.Generator().manual_seed(seed)).to(dev)
+        return profile_layers_as(model, layers, ids, m.loss_fn, ids.clone(), B, s, comm, repeats, ties=m.ties, autocast=autocast)
     return fit_sizes([at(B) for B in sorted({micro_batch_size, *sizes})]).at(micro_batch_size) if sizes else at(micro_batch_size)
 
 # %% ../nbs/08b_measure.ipynb #f1e0000c
