@@ -106,6 +106,7 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
     dt = 'bfloat16' if autocast and dev.type == 'cuda' else str(next((p.dtype for l in layers for p in l.parameters()), torch.float32)).replace('torch.', '')
     return Profile(model, micro_batch_size, seq_len, dt, lay, c.p2p_latency, c.p2p_bandwidth, c.ar_alpha, c.ar_beta,
                    device=name + (f", {c.backend} x{c.world}" if c.world > 1 else ''), source='measured', comm_overlaps=dev.type == 'cuda',
+                   memory_bytes=torch.cuda.get_device_properties(dev).total_memory if dev.type == 'cuda' else math.inf,
                    ties=[(tuple(i for i, _ in places), _param_bytes(layers[places[0][0]], places[0][1])) for places in (ties or {}).values()],
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -118,7 +119,7 @@ def _line(xs, ys) -> tuple:
 
 def fit_sizes(profiles:Sequence[Profile], # one model profiled at two or more micro-batch sizes (`profile_layers_as`)
              ) -> Profile:
-    "The largest size's profile with each layer's times on their least-squares line a + b·B over the sizes; `fixed` holds the a's."
+    "The largest size's profile with each layer's times (forward, backward, and its split's B and W) on their least-squares lines a + b·B over the sizes; `fixed` holds the a's."
     ps = sorted(profiles, key=lambda p: p.micro_batch_size)
     sizes = [p.micro_batch_size for p in ps]
     if len(set(sizes)) < 2: raise ValueError(f"fit_sizes needs profiles at two or more micro-batch sizes, got {sizes}: profile another size too")
@@ -126,11 +127,10 @@ def fit_sizes(profiles:Sequence[Profile], # one model profiled at two or more mi
     if any(p.source.startswith('estimated:') for p in ps): raise ValueError("fit_sizes fits measured profiles: an estimate knows every size already")
     top, fixed, lay = ps[-1], [], []
     for i, l in enumerate(top.layers):
-        fits = [_line(sizes, [getattr(p.layers[i], t) for p in ps]) for t in ('forward_s', 'backward_s')]
-        f, b = (a + slope * sizes[-1] for a, slope in fits)
-        r = b / l.backward_s if l.backward_s else 1.0   # the split's parts follow the backward
-        lay.append(l._replace(forward_s=f, backward_s=b, input_grad_s=l.input_grad_s * r, weight_grad_s=l.weight_grad_s * r))
-        fixed.append([fits[0][0], fits[1][0]])
+        fits = [_line(sizes, [getattr(p.layers[i], t) for p in ps]) for t in ('forward_s', 'backward_s', 'input_grad_s', 'weight_grad_s')]
+        f, b, bi, wi = (a + slope * sizes[-1] for a, slope in fits)   # the split's costs are launches more than FLOPs: lines of their own
+        lay.append(l._replace(forward_s=f, backward_s=b, input_grad_s=bi, weight_grad_s=wi))
+        fixed.append([a for a, _ in fits])
     return dataclasses.replace(top, layers=lay, fixed=fixed, source=f"measured at B = {', '.join(map(str, sorted(set(sizes))))}")
 
 # %% ../nbs/08b_measure.ipynb #756fbd54
@@ -147,7 +147,7 @@ def profile_model(model:str='bert-tiny', # a preset (models.PRESETS)
     from chimera_nb.models import build
     m = build(model, seed=seed)
     if m.family == 'cnn': raise ValueError("profile_model measures token models; measure the CNN with `profile_layers_as`")
-    s, dev = int(seq_len or min(m.seq_len, 128)), torch.device(device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    s, dev = int(seq_len or min(m.seq_len, 128)), torch.device(device if device is not None else 'cuda' if torch.cuda.is_available() else 'cpu')
     layers = [l.to(dev) for l in m.layers]
     def at(B):
         ids = torch.randint(0, m.config.vocab_size, (B, s), generator=torch.Generator().manual_seed(seed)).to(dev)

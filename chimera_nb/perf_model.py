@@ -157,7 +157,7 @@ class Profile:
     gpus_per_node: int = 1      # GPUs per node (`Hardware.gpus_per_node`): all-reduces within a node run over the p2p links
     links_per_node: int = 1     # network links a node's GPUs share for all-reduces across nodes
     ties: list = field(default_factory=list)  # [(layer indices, bytes)]: one parameter copied on several layers (tied embeddings)
-    fixed: list = field(default_factory=list)  # per layer [forward, backward] s that do not grow with B (`measure.fit_sizes`); none: in proportion
+    fixed: list = field(default_factory=list)  # per layer [forward, backward(, B, W)] s that do not grow with B (`measure.fit_sizes`); none: in proportion
     versions: dict = field(default_factory=dict)
     date: str = ''
 
@@ -170,8 +170,8 @@ class Profile:
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
         self.fixed = [] if self.fixed is None else self.fixed   # JSON's null: none
-        if self.fixed and not (isinstance(self.fixed, list) and len(self.fixed) == len(self.layers) and all(isinstance(f, (list, tuple)) and len(f) == 2 for f in self.fixed)):
-            raise ValueError(f"fixed needs one [forward, backward] pair per layer ({len(self.layers)}), got {self.fixed!r:.60}: fit them with measure.fit_sizes")
+        if self.fixed and not (isinstance(self.fixed, list) and len(self.fixed) == len(self.layers) and all(isinstance(f, (list, tuple)) and len(f) in (2, 4) for f in self.fixed)):
+            raise ValueError(f"fixed needs one [forward, backward(, B, W)] per layer ({len(self.layers)}), got {self.fixed!r:.60}: fit them with measure.fit_sizes")
         self.fixed = [[check_number('fixed time', t, float, lo=0) for t in f] for f in self.fixed]
 
 # %% ../nbs/08_perf_model.ipynb #1711825b
@@ -243,9 +243,10 @@ def at(self:Profile, micro_batch_size:int) -> Profile:
         return cache[micro_batch_size]
     k, fixed = micro_batch_size / self.micro_batch_size, self.fixed or [(0.0, 0.0)] * len(self.layers)
     grow = lambda t, t0: min(t0, t) + (t - min(t0, t)) * k   # its fixed part stays (launches, per-call costs); the rest grows with B
-    def scaled(l, f0, b0):
+    def scaled(l, f0, b0, i0=None, w0=None):   # a split backward fitted on its own lines, else following the backward
         b = grow(l.backward_s, b0); r = b / l.backward_s if l.backward_s else k
-        return l._replace(forward_s=grow(l.forward_s, f0), backward_s=b, input_grad_s=l.input_grad_s * r, weight_grad_s=l.weight_grad_s * r,
+        i, w = (grow(l.input_grad_s, i0), grow(l.weight_grad_s, w0)) if i0 is not None else (l.input_grad_s * r, l.weight_grad_s * r)
+        return l._replace(forward_s=grow(l.forward_s, f0), backward_s=b, input_grad_s=i, weight_grad_s=w,
                           saved_bytes=int(l.saved_bytes * k), in_bytes=int(l.in_bytes * k), out_bytes=int(l.out_bytes * k),
                           peak_bytes=int(max(l.peak_bytes - l.param_bytes, 0) * k) + min(l.peak_bytes, l.param_bytes))   # 0: not measured
     return dataclasses.replace(self, micro_batch_size=int(micro_batch_size), layers=[scaled(l, *f) for l, f in zip(self.layers, fixed)])
