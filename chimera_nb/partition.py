@@ -191,15 +191,17 @@ def _backward(y, loss):
 def _timed_runs(layer, xin, loss_fn, target, repeats:int, params, amp:bool=False) -> tuple:
     """(median forward s, median backward s, output, saved bytes) of `repeats` forwards of `layer` on `xin`, then their
     backwards in order, as a pipeline runs them: each backward finds its activations stashed among the others' (caches
-    cold) and adds into the gradients the earlier ones made. A first forward, untimed, warms up and counts the saved
-    bytes: the hooks that count them would slow the timed ones."""
+    cold) and adds into the gradients the earlier ones made. On a CPU the first forward is timed too: a pipeline's action
+    finds its caches cold, as the first call does (the demo's step was predicted −14 to −36% off without it, −3 to 0%
+    with it). On a GPU a first call, untimed, sets up the libraries, which a step does not pay again. The saved bytes are
+    counted on a forward of their own: the hooks that count them would slow a timed one."""
     dev = next((p.device for p in params), None) or _device_of(xin)   # where its kernels run
     run = lambda: _with_loss(layer, xin, loss_fn, target, amp)   # the last layer's forward includes its loss, as the runtime's
-    first, saved = _saved_bytes(run, params)
     fw, bw, runs = _Stopwatch(dev), _Stopwatch(dev), []
+    if fw.cuda: _backward(*run())
     for _ in range(repeats): fw.mark(); runs.append(run()); fw.mark()
-    _backward(*first)
     for y, loss in runs: bw.mark(); _backward(y, loss); bw.mark()
+    saved = _saved_bytes(run, params)[1]
     layer.zero_grad(set_to_none=True)
     f, b = sorted(fw.spans()), sorted(bw.spans())
     return f[len(f) // 2], b[len(b) // 2], runs[-1][0], saved
