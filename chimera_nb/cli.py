@@ -127,7 +127,7 @@ def parse_options(pairs:list) -> dict:
     for kv in pairs:
         k, sep, v = kv.partition('=')
         if not sep or not k: raise ValueError(f"an option is key=value, e.g. concat=doubling or pipes=4, got {kv!r}")
-        opts[k] = int(v) if v.isdigit() else v
+        opts[k] = int(v) if v.isdecimal() else v   # isdigit() holds for '²' too, which int() refuses
     return opts
 
 # %% ../nbs/11_cli.ipynb #30af2232
