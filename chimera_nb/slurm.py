@@ -176,7 +176,7 @@ SCRIPT_SET = ('metrics', 'checkpoint_dir', 'resume', 'local_ranks', 'progress') 
 
 def run_toml(cfg:TrainConfig) -> str:
     "The run file a job trains from: every field but those the script sets."
-    return '\n'.join(l for l in cfg.to_toml().splitlines() if l.split(' = ')[0] not in SCRIPT_SET) + '\n'
+    return '\n'.join(l for l in cfg.to_toml().split('\n') if l and l.split(' = ')[0] not in SCRIPT_SET) + '\n'   # not splitlines(): it breaks at '\x85' too
 
 # %% ../nbs/10_slurm.ipynb #58729664
 def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list:
@@ -231,7 +231,7 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     L = ['case "${SLURM_ARRAY_TASK_ID:-none}" in']
     for i, cfg in enumerate(configs):   # each task's run file, written by the script itself (quoted here-document: no expansion)
         key, out = ('none', q(str(run))) if len(configs) == 1 else (str(i), q(str(run / f'task-{i}')))
-        L += [f'  {key}) OUT={out}; mkdir -p "$OUT"; cat > "$OUT/run.toml" <<\'CHIMERA_RUN\'', *run_toml(cfg).splitlines(), 'CHIMERA_RUN', '  ;;']
+        L += [f'  {key}) OUT={out}; mkdir -p "$OUT"; cat > "$OUT/run.toml" <<\'CHIMERA_RUN\'', *run_toml(cfg).split('\n')[:-1], 'CHIMERA_RUN', '  ;;']
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac',
           'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
           'trap - ERR; rc=0',

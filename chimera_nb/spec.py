@@ -359,7 +359,8 @@ def toml_string(k, s:str) -> str:
     "A TOML basic string: quote, backslash and control characters escaped; text that is not UTF-8 refused."
     try: s.encode('utf-8')
     except UnicodeEncodeError as e: raise SpecError(f"{k} holds characters that are not text ({e.reason}): give plain text") from e
-    return '"' + ''.join(f'\\u{ord(c):04x}' if ord(c) < 0x20 or ord(c) == 0x7f or c in '"\\' else c for c in s) + '"'
+    # C1 controls and the Unicode line separators are escaped too: tools that split lines (str.splitlines) break at them
+    return '"' + ''.join(f'\\u{ord(c):04x}' if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f or c in '\u2028\u2029"\\' else c for c in s) + '"'
 
 # %% ../nbs/00b_spec.ipynb #edc5765b
 NONE_AS = {'model': '', 'clip_grad': math.inf}   # TOML has no null: how the fields whose None is not their default say it
