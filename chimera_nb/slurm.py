@@ -176,7 +176,8 @@ SCRIPT_SET = ('metrics', 'checkpoint_dir', 'resume', 'local_ranks', 'progress') 
 
 def run_toml(cfg:TrainConfig) -> str:
     "The run file a job trains from: every field but those the script sets."
-    return '\n'.join(l for l in cfg.to_toml().split('\n') if l and l.split(' = ')[0] not in SCRIPT_SET) + '\n'   # not splitlines(): it breaks at '\x85' too
+    lines = cfg.to_toml().removesuffix('\n').split('\n')   # not splitlines(): it breaks at '\x85' too
+    return '\n'.join(l for l in lines if l.split(' = ')[0] not in SCRIPT_SET) + '\n'
 
 # %% ../nbs/10_slurm.ipynb #58729664
 def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list:
