@@ -28,12 +28,16 @@ class CommProfile(NamedTuple):
     backend: str
     world: int
 
+def _line(xs, ys) -> tuple:
+    "(a, b) of the least-squares line y = a + b·x with a, b >= 0: a cost is never negative, nor falls as x grows."
+    b, a = statistics.linear_regression(xs, ys)   # (slope, intercept)
+    if b <= 0: return statistics.fmean(ys), 0.0
+    return (a, b) if a >= 0 else (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))   # through the origin
+
 def _fit(xs, ys) -> tuple:
-    "Least-squares (intercept, slope) of ys on xs, both clipped at >= 0."
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    slope = max(slope, 1e-15)
-    return max(my - slope * mx, 0.0), slope
+    "`_line`'s (intercept, slope) with a slope above 0: links are timed per byte, and a bandwidth is its inverse."
+    a, b = _line(xs, ys)
+    return a, max(b, 1e-15)
 
 # %% ../nbs/08b_measure.ipynb #41ed399d
 def _comm_bench(rank, world, sizes, repeats, device):
@@ -111,12 +115,6 @@ def profile_layers_as(model:str, # the name the profile carries (checked by `Pro
                    versions=dict(_versions()), date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/08b_measure.ipynb #24c29d2f
-def _line(xs, ys) -> tuple:
-    "(a, b) of the least-squares line y = a + b·x with a, b >= 0: a cost is never negative, nor falls as B grows."
-    b, a = statistics.linear_regression(xs, ys)   # (slope, intercept)
-    if b <= 0: return statistics.fmean(ys), 0.0
-    return (a, b) if a >= 0 else (0.0, sum(x * y for x, y in zip(xs, ys)) / sum(x * x for x in xs))   # through the origin
-
 def fit_sizes(profiles:Sequence[Profile], # one model profiled at two or more micro-batch sizes (`profile_layers_as`)
              ) -> Profile:
     "The largest size's profile with each layer's times (forward, backward, and its split's B and W) on their least-squares lines a + b·B over the sizes; `fixed` holds the a's."
