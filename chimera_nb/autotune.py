@@ -16,7 +16,7 @@ from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, predict_memory, state_memory, cross_check
+from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
 from .partition import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
@@ -219,11 +219,11 @@ def base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, sync
                         hardware=hw if hw in HARDWARE else None)
 
 # %% ../nbs/09_autotune.ipynb #bb090002
-def _bound(c:PipelineSpec, prof_at, replayed:bool=False) -> float:
-    "The most samples/s the simulator can predict for `c` (inf where `_evaluate` rejects it: no profile, too deep)."
+def _bound(c:PipelineSpec, prof_at, by:str='counts') -> float:
+    "The most samples/s the simulator can predict for `c` by `predict_bound`'s level `by` (inf where `_evaluate` rejects it: no profile, too deep)."
     prof, s = prof_at(c.B), c.make()
     if prof is None or s.num_stages > len(prof.layers): return math.inf
-    return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W, replayed) * (1 + 1e-9)   # float slack: a cap, never below
+    return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W, by) * (1 + 1e-9)   # float slack: a cap, never below
 
 # %% ../nbs/09_autotune.ipynb #bb090007
 def _heavy(c:PipelineSpec, prof_at, limit, optimizer:str) -> str|None:
@@ -268,7 +268,7 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
         if exact is not None and known[i] is None:
             if (why := _heavy(c, prof_at, limit, optimizer)) is not None: bad.append(_rejected(c, None, why)); continue
             if not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
-            if not lead.admits(g, cap := _bound(c, prof_at, replayed=True)): pruned.append(_pruned(c, g, cap, exact)); continue
+            if not all(lead.admits(g, cap := _bound(c, prof_at, by)) for by in BOUNDS[1:]): pruned.append(_pruned(c, g, cap, exact)); continue
         p, why = _evaluate(c, prof_at, limit, optimizer, method)
         if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))

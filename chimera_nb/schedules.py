@@ -403,11 +403,14 @@ def _deadlock_message(s:Schedule, pos:list, end:dict, stuck:list) -> str:
 # %% ../nbs/00_schedules.ipynb #06d86896
 def replay(s:Schedule, # the schedule
            durations:dict|None=None, # {kind: [time per stage]}: also time it (messages take no time); default: no time
+           why:bool=True, # also say what made each action wait (a search's bounds only need the times)
           ) -> tuple:
     """Run every rank's list in dependency order; raise `ScheduleError` naming each stuck rank if the lists deadlock.
     Returns ([(rank, action, start, end)] as run, {action: the dependency that made it wait, else the rank's previous
-    action, or None}): the performance model times shapes with it, the validator only checks it ends."""
+    action, or None} (empty if not `why`)): the performance model times shapes with it, the validator only checks it ends."""
     S, n, orders = s.num_stages, s.num_ranks, s.orders   # orders read once: a rank is resumed each time it is unblocked
+    deps = {k: [[(dk, st + o) for dk, o in DEPENDS[k] if 0 <= st + o < S] for st in range(S)] for k in DEPENDS}  # in range, once
+    dur = durations if durations is not None else {k: [0.0] * S for k in DEPENDS}
     end, held_by, waiters, ran = {}, {}, {}, []  # waiters: action -> ranks blocked on it, re-examined when it completes
     pos, clock, last, stack = [0] * n, [0.0] * n, [None] * n, list(range(n))
     with gc_paused():   # tens of thousands of tuples that stay alive: the collector would scan them again and again
@@ -416,15 +419,15 @@ def replay(s:Schedule, # the schedule
             order, i, t, prev = orders[r], pos[r], clock[r], last[r]
             while i < len(order):
                 a = order[i]; k, st, mb, p = a
-                start, why = t, prev
-                for dk, o in DEPENDS[k]:
-                    if 0 <= st + o < S:
-                        d = (dk, st + o, mb, p); e = end.get(d)
-                        if e is None: break                        # not done yet: wait for it
-                        if e > start: start, why = e, d            # ties: the rank's own previous action
+                start, cause = t, prev
+                for dk, ds in deps[k][st]:
+                    e = end.get(d := (dk, ds, mb, p))
+                    if e is None: break                            # not done yet: wait for it
+                    if e > start: start, cause = e, d              # ties: the rank's own previous action
                 else:
-                    t = end[a] = start + durations[k][st] if durations is not None else start
-                    held_by[a] = why; prev = a; i += 1
+                    t = end[a] = start + dur[k][st]
+                    if why: held_by[a] = cause
+                    prev = a; i += 1
                     ran.append((r, a, start, t))
                     if a in waiters: stack.extend(waiters.pop(a))
                     continue
@@ -451,23 +454,13 @@ def validate(s:Schedule) -> Schedule:
 
 # %% ../nbs/00_schedules.ipynb #385fa588
 def _successors(actions:list, num_stages:int) -> tuple:
-    "({action: actions that wait for it}, {action: how many of its dependencies are among `actions`})."
-    aset, succ, missing = set(actions), defaultdict(list), {}
-    for a in actions:  # `dependencies` without building Actions: plain tuples hash and compare like them
-        k, st, mb, p = a
-        ds = [d for dk, o in DEPENDS[k] if 0 <= st + o < num_stages and (d := (dk, st + o, mb, p)) in aset]
-        missing[a] = len(ds)
-        for d in ds: succ[d].append(a)
+    "([positions of the actions that wait for each], [how many of each one's dependencies are among `actions`]), by position in `actions`."
+    at = {a: i for i, a in enumerate(actions)}
+    succ, missing = [[] for _ in actions], [0] * len(actions)
+    for i, (k, st, mb, p) in enumerate(actions):  # `dependencies` without building Actions: plain tuples hash and compare like them
+        for dk, o in DEPENDS[k]:
+            if 0 <= st + o < num_stages and (d := at.get((dk, st + o, mb, p))) is not None: missing[i] += 1; succ[d].append(i)
     return succ, missing
-
-# %% ../nbs/00_schedules.ipynb #6c543254
-def _pick(ready:list, parked:list, ok:Callable):
-    "Pop the best action of the heap `ready` that `ok` allows (None if none); the refused ones go to `parked`."
-    while ready:
-        item = heapq.heappop(ready)
-        if ok(item[1]): return item[1]
-        parked.append(item)
-    return None
 
 # %% ../nbs/00_schedules.ipynb #913379f1
 def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterable,
@@ -475,38 +468,35 @@ def list_schedule(placement:dict, num_ranks:int, num_stages:int, actions:Iterabl
     """Greedy list scheduling: per rank, repeatedly start the ready action with the smallest `priority(a)`
     for which `allow(rank, a, state)` holds (state: per-rank counters `f`, `b`, `w` done so far).
     Returns the per-rank start orders."""
-    cost = cost or (lambda a: 1)
-    actions = list(actions)
-    succ, missing = _successors(actions, num_stages)
-    ready = [[] for _ in range(num_ranks)]
-    parked = [[] for _ in range(num_ranks)]  # ready but refused by `allow`: refused until the rank's state changes
-    for a in actions:
-        if missing[a] == 0: heapq.heappush(ready[placement[(a.pipe, a.stage)]], (priority(a), a))
-    orders, busy_until, events = [[] for _ in range(num_ranks)], [0] * num_ranks, []
-    state = [dict(f=0, b=0, w=0) for _ in range(num_ranks)]
-    now, seq, remaining, check = 0, 0, len(actions), set(range(num_ranks))
+    acts = [a for _, a in sorted((priority(a), a) for a in actions)]   # best first: the heaps hold positions, cheap to compare
+    (succ, missing), home = _successors(acts, num_stages), [placement[(a[3], a[1])] for a in acts]
+    ready, parked = [[] for _ in range(num_ranks)], [[] for _ in range(num_ranks)]  # parked: refused by `allow` until the rank's state changes
+    for i, m in enumerate(missing):
+        if not m: ready[home[i]].append(i)      # ascending: already heaps
+    orders, busy_until, events, push, pop = [[] for _ in range(num_ranks)], [0] * num_ranks, [], heapq.heappush, heapq.heappop
+    state, count = [dict(f=0, b=0, w=0) for _ in range(num_ranks)], dict(F='f', B='b', W='w')
+    now, remaining, check = 0, len(acts), set(range(num_ranks))
     while remaining:
         for r in sorted(check):  # only a rank that just got free or got new ready actions can start one
-            if busy_until[r] > now or not ready[r]: continue
-            chosen = _pick(ready[r], parked[r], lambda a: allow is None or allow(r, a, state[r]))
-            if chosen is None: continue
-            orders[r].append(chosen)
-            state[r][chosen.kind.lower()] += 1
-            for it in parked[r]: heapq.heappush(ready[r], it)
+            if busy_until[r] > now: continue
+            heap = ready[r]
+            while heap:
+                i = pop(heap)
+                if allow is None or allow(r, acts[i], state[r]): break
+                parked[r].append(i)
+            else: continue
+            orders[r].append(a := acts[i]); state[r][count[a[0]]] += 1
+            for j in parked[r]: push(heap, j)
             parked[r].clear()
-            busy_until[r] = now + cost(chosen)
-            heapq.heappush(events, (busy_until[r], seq, chosen)); seq += 1
+            busy_until[r] = end = now + (1 if cost is None else cost(a))
+            push(events, (end, i))
         if not events: raise ScheduleError("list scheduler stalled: the rule forbids every ready action")
         now, check = events[0][0], set()
         while events and events[0][0] == now:
-            _, _, a = heapq.heappop(events)
-            remaining -= 1
-            check.add(placement[(a.pipe, a.stage)])
-            for n in succ[a]:
+            i = pop(events)[1]; remaining -= 1; check.add(home[i])
+            for n in succ[i]:
                 missing[n] -= 1
-                if missing[n] == 0:
-                    r = placement[(n.pipe, n.stage)]
-                    heapq.heappush(ready[r], (priority(n), n)); check.add(r)
+                if not missing[n]: push(ready[home[n]], n); check.add(home[n])
     return orders
 
 # %% ../nbs/00_schedules.ipynb #da49d07a

@@ -380,10 +380,30 @@ def _chain_ends(s:Schedule, cost:dict, hop:float) -> tuple:
     no_tail = s.forward_only or s.split_backward        # the last action is a W (or an F): nothing waits for it
     return [0.0 if h == math.inf else h for h in head], [0.0 if no_tail or t == math.inf else t for t in tail], hops
 
+# %% ../nbs/01_simulate.ipynb #b1af1bbf
+def _in_flight(s:Schedule, cost:dict, hop:float, floor:float) -> float:
+    "The makespan one pipe's micro-batches force, if over `floor`: each lives a whole chain, at most k at once (0.0: none over it)."
+    if s.forward_only: return 0.0
+    n, best, S = s.microbatches_per_pipe, 0.0, s.num_stages
+    for p in range(s.num_pipes):
+        at = [s.placement[(p, st)] for st in range(S)]
+        chain = sum(cost['F']) + sum(cost['B']) + 2 * hop * sum(at[i] != at[i - 1] for i in range(1, S))
+        if n * chain <= floor: continue
+        enough, alive, most = n * chain / floor, 0, 0   # as many live as `enough`: no better than `floor`, stop walking
+        for k, st, _, q in s.orders[at[0]]:             # stage 0's rank runs each micro-batch's first F and last B
+            if st or q != p: continue
+            if k == 'B': alive -= 1
+            elif k == 'F' and (alive := alive + 1) > most:
+                most = alive
+                if most >= enough: break
+        else: best = max(best, n * chain / most)
+    return best
+
 # %% ../nbs/01_simulate.ipynb #lb000002
 def lower_bound(s:Schedule, # what runs (complete: every micro-batch of every placed stage, as `validate` checks)
                 costs:Costs|None=None, # the simulator's durations (unit F and B by default)
                 dp:int=1, # data-parallel replicas it is lowered for (> 1: every stage all-reduces, not only replicated ones)
+                in_flight:bool=False, # also the micro-batches the order keeps in flight (walks the order: generates it if not yet)
                ) -> float:
     "A makespan no simulation of `s` can beat: each rank's compute between its head and tail chains, or one micro-batch's chain."
     costs = costs or Costs()
@@ -398,7 +418,8 @@ def lower_bound(s:Schedule, # what runs (complete: every micro-batch of every pl
         reduced = [ar[st] if dp > 1 or len(by_stage[st]) > 1 else 0.0 for st in range(s.num_stages)]
         tail = [max(t, min((reduced[st] for st in by_rank.get(r, ())), default=0.0)) for r, t in enumerate(tail)]
     chain = sum(cost['F']) + hops * hop + (0.0 if s.forward_only else sum(cost['B']) + hops * hop)
-    return max(max(h + x + t for h, x, t in zip(head, busy, tail)), chain)
+    bound = max(max(h + x + t for h, x, t in zip(head, busy, tail)), chain)
+    return max(bound, _in_flight(s, cost, hop, bound)) if in_flight else bound
 
 # %% ../nbs/01_simulate.ipynb #s2010040
 def _flag_assumption(note:str, F, Bf) -> str:

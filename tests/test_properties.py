@@ -4,8 +4,8 @@ import dataclasses, math, random, string
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
 import pytest
 from chimera_nb.schedules import (make_schedule, validate, Schedule, SCHEDULES, ScheduleError, Action, list_schedule,
-                                  chimera_placement, parse_action)
-from chimera_nb.simulate import simulate, Costs, closed_form
+                                  chimera_placement, parse_action, replay)
+from chimera_nb.simulate import simulate, Costs, closed_form, lower_bound
 from chimera_nb.program import lower, check_program
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,6 +48,23 @@ def test_generated_schedules_are_valid_complete_and_round_trip(args):
     tl = simulate(s, Costs(1, 1, 1 if s.split_backward else 0))
     assert 0 <= tl.bubble_ratio < 1
     assert len([e for e in tl.events if e.kind in 'FBW']) == len(s)
+
+
+@FAST
+@given(schedule_args(), st.booleans(), st.randoms(use_true_random=False))
+def test_every_bound_holds_and_the_tighter_ones_are_tighter(args, recompute, rnd):
+    """The search prunes by lower_bound's counts, then the micro-batches in flight, then the order replayed: each must stay
+    under the simulated makespan on any costs, with and without replicas, or the search would drop a winner."""
+    name, D, N, opts = args
+    s = dataclasses.replace(make_schedule(name, D, N, **opts), recompute=recompute)
+    S = s.num_stages
+    c = Costs([rnd.uniform(0.1, 3) for _ in range(S)], [rnd.uniform(0.1, 5) for _ in range(S)], [rnd.uniform(0, 2) for _ in range(S)],
+              p2p=rnd.choice([0.0, rnd.uniform(0, 0.5)]), allreduce=rnd.uniform(0, 2))
+    counts, flight = lower_bound(s, c), lower_bound(s, c, in_flight=True)
+    replayed = max(t for *_, t in replay(s, c.action_costs(s), why=False)[0])
+    assert counts <= flight + 1e-9
+    assert max(flight, replayed) <= simulate(s, c).makespan + 1e-9
+    assert lower_bound(s, c, dp=2, in_flight=True) <= simulate(lower(s, 'eager', 2), c).makespan + 1e-9
 
 
 # ---------------------------------------------------------------- Chimera is the paper's order
