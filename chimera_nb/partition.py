@@ -119,7 +119,7 @@ def _saved_bytes(fn, params) -> tuple:
     def pack(t):
         s = t.untyped_storage()
         if s.data_ptr() not in skip: seen[s.data_ptr()] = s.nbytes()
-        return t
+        return t.detach()   # not `t`: a saved output would hold itself through its graph, a cycle in C++ that gc never frees
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): out = fn()
     return out, sum(seen.values())
 

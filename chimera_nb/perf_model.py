@@ -680,8 +680,8 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
                   by:str='counts', # 'counts' (the placement's), 'flight' (also the order's micro-batches in flight), 'replay' (also the order timed, compute only: tightest, about a simulation's cost)
                  ) -> float:
     "Seconds that `predict(profile, schedule, dp)` with the simulator never goes under, whatever the sync policy."
-    _check_schedule_fits(schedule, profile, dp)
     if by not in BOUNDS: raise ValueError(f"by must be one of {BOUNDS}, got {by!r}")
+    _check_schedule_fits(schedule, profile, dp)
     sp, ar, c = _stage_terms(schedule, profile, dp)
     costs = _costs(schedule, sp, ar, c)
     bound = lower_bound(schedule, costs, dp, in_flight=by != 'counts')

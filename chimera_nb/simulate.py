@@ -389,7 +389,7 @@ def _in_flight(s:Schedule, cost:dict, hop:float, floor:float) -> float:
         at = [s.placement[(p, st)] for st in range(S)]
         chain = sum(cost['F']) + sum(cost['B']) + 2 * hop * sum(at[i] != at[i - 1] for i in range(1, S))
         if n * chain <= floor: continue
-        enough, alive, most = n * chain / floor, 0, 0   # as many live as `enough`: no better than `floor`, stop walking
+        enough, alive, most = n * chain / floor if floor > 0 else math.inf, 0, 0   # as many live as `enough`: no better than `floor`, stop walking
         for k, st, _, q in s.orders[at[0]]:             # stage 0's rank runs each micro-batch's first F and last B
             if st or q != p: continue
             if k == 'B': alive -= 1
@@ -405,7 +405,7 @@ def lower_bound(s:Schedule, # what runs (complete: every micro-batch of every pl
                 dp:int=1, # data-parallel replicas it is lowered for (> 1: every stage all-reduces, not only replicated ones)
                 in_flight:bool=False, # also the micro-batches the order keeps in flight (walks the order: generates it if not yet)
                ) -> float:
-    "A makespan no simulation of `s` can beat: each rank's compute between its head and tail chains, or one micro-batch's chain."
+    "A makespan no simulation of `s` can beat: each rank's compute between its head and tail chains, one micro-batch's chain, or (`in_flight`) its micro-batches' lifetimes."
     costs = costs or Costs()
     cost, hop, ar = costs.action_costs(s), costs.transfer(s), costs.per_stage('allreduce', s)
     kinds = ('F',) if s.forward_only else ('F', 'B', 'W') if s.split_backward else ('F', 'B')
