@@ -239,6 +239,7 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                    repeats:int=3, # micro-batches timed per layer: that many forwards, then their backwards (the median of each)
                    progress:bool=True, # a tqdm bar when profiling takes over a second
                    autocast:bool=False, # bf16 autocast, as the runtime's `autocast` (on CUDA; a CPU ignores it, as the runtime does)
+                   split:bool=True, # also time the split backward's B and W (zero-bubble schedules); False: a third less work, and a model halves the backward for them
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
     from tqdm.auto import tqdm
@@ -250,11 +251,11 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
         lf = loss_fn if i == len(layers) - 1 else None   # the last layer's forward includes its loss
         fw, bw, y, saved = _timed_runs(layer, xin, lf, target, repeats, params, amp)
         takes_grad = any(l.requires_grad for l in flatten(xin)[0])   # else the runtime's B does nothing and its W the whole backward
-        split = _split_runs(layer, xin, lf, target, repeats, params, amp) if takes_grad else (0.0, bw)
+        bw_split = (0.0, 0.0) if not split else _split_runs(layer, xin, lf, target, repeats, params, amp) if takes_grad else (0.0, bw)
         peak = _step_peak(layer, xin, lf, target, flatten(y)[0][0].device, amp)
         name = type(layer).__name__ + (f"[{len(layer.layers)}]" if isinstance(layer, Stage) else '')
         out.append(LayerProfile(name, sum(p.numel() for p in params), sum(p.numel() * p.element_size() for p in params),
-                                fw, bw, saved, _nbytes(xin), _nbytes(y), peak, *split))
+                                fw, bw, saved, _nbytes(xin), _nbytes(y), peak, *bw_split))
         x = y
     return out
 

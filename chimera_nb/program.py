@@ -192,8 +192,10 @@ def lower(s:Schedule, # a validated schedule
     key = (sync, dp_width)
     cache = s.__dict__.setdefault('_lowered', {})  # a schedule is lowered once per policy: the autotuner asks often
     if key not in cache:
-        with gc_paused(): ranks = add_gradient_sync(s, add_communication(s, compute_order(s)), sync, dp_width)
-        cache[key] = Program(s, ranks, sync, dp_width)
+        shared = s.__dict__.setdefault('_ranks', {})   # and once for its recompute twin (`Schedule.replaced` shares this)
+        if key not in shared:
+            with gc_paused(): shared[key] = add_gradient_sync(s, add_communication(s, compute_order(s)), sync, dp_width)
+        cache[key] = Program(s, list(shared[key]), sync, dp_width)   # its own list of ranks: replacing one leaves the twin's
     return cache[key]
 
 # %% ../nbs/00a_program.ipynb #406b71be

@@ -124,7 +124,10 @@ class Schedule:
 @patch
 def replaced(self:Schedule, **changes) -> Schedule:
     "A copy with `changes` (e.g. recompute=True); orders not made yet stay deferred, shared with this schedule."
-    return replace(self, **{'orders': self.__dict__['orders'], **changes})
+    new = replace(self, **{'orders': self.__dict__['orders'], **changes})
+    if set(changes) <= {'recompute', 'microbatch_scale'}:   # lowered alike (program.lower reads neither): share its instructions
+        new.__dict__['_ranks'] = self.__dict__.setdefault('_ranks', {})
+    return new
 
 # %% ../nbs/00_schedules.ipynb #134e25be
 @patch
