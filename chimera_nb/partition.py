@@ -324,8 +324,8 @@ def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lo
     "The memory row of rank `r`: its stages' weights, grads, optimizer state, peak activations `acts`, workspace and messages."
     mine, k, S = schedule.stages_of(r), schedule.microbatch_scale, schedule.num_stages
     w = sum(P[s].param_bytes for s in mine)
-    sent = sum(P[a.stage].out_bytes if a.kind == 'F' else P[a.stage].in_bytes for a in schedule.actions(r)
-               if (a.kind == 'F' and a.stage < S - 1) or (a.kind == 'B' and a.stage > 0)) * k
+    sent = sum(P[st].out_bytes if kind == 'F' else P[st].in_bytes for kind, st, *_ in schedule.actions(r)
+               if (kind == 'F' and st < S - 1) or (kind == 'B' and st > 0)) * k
     incoming = [P[s].in_bytes for s in mine if s > 0] + [P[s].out_bytes for s in mine if s < S - 1]  # activations, gradients
     recv = lookahead * max(incoming, default=0) * k
     # one forward or backward at a time: the largest temporary memory beyond what it saves and its gradients

@@ -193,15 +193,15 @@ def memory_changes(self:Timeline,
     if idx is None or idx[0] is not self.events or idx[1] != len(self.events): idx = self._mem_changes = (self.events, len(self.events), {})
     if rank not in idx[2]:
         evs = self.rank_events(rank)
-        inference = not any(e.kind == 'B' for e in evs)   # forward-only: an activation lives only while its forward runs
+        inference = not any(e[1] == 'B' for e in evs)   # forward-only: an activation lives only while its forward runs
         frees, out = ('F' if inference else 'W' if self.split_backward else 'B'), []
-        for e in evs:
-            keeps_input = self.recompute and not inference
-            if e.kind == 'F': out.append((e.start, 1, e.stage, 'i' if keeps_input else 'a'))
-            elif e.kind == 'B' and self.recompute: out.append((e.start, 1, e.stage, 'a'))
-            if e.kind == frees:
-                out.append((e.end, -1, e.stage, 'a'))
-                if keeps_input: out.append((e.end, -1, e.stage, 'i'))
+        keeps_input, rc = self.recompute and not inference, self.recompute
+        for _, kind, stage, _, _, start, end, _ in evs:   # unpacked: a search reads tens of thousands
+            if kind == 'F': out.append((start, 1, stage, 'i' if keeps_input else 'a'))
+            elif kind == 'B' and rc: out.append((start, 1, stage, 'a'))
+            if kind == frees:
+                out.append((end, -1, stage, 'a'))
+                if keeps_input: out.append((end, -1, stage, 'i'))
         out.sort(key=lambda c: (c[0], c[1]))
         idx[2][rank] = out
     return idx[2][rank]
