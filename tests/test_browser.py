@@ -251,9 +251,10 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             _type(page, 'all-reduce', 0)
             _settled(page, r + 1); r += 1
             _type(page, 'D (stages)', 8)
+            # by number, not by bars: plotly paints a redraw's new bars before its layout (and its meta.redraw number)
+            _settled(page, r + 1); r += 1
             n8 = _wait_paths(page, lambda n: n == _expected_bars('chimera', 8, 8))
             assert n8 != first
-            r = _redraw_no(page)
             _type(page, 'N (micro-batches)', 16)   # DualPipeV needs N >= 2D
             _settled(page, r + 1); r += 1
 
