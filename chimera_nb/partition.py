@@ -17,7 +17,7 @@ from torch import nn
 from .runtime import call_stage, flatten, layer_seed, seeded
 from .compute import input_grads, weight_grads
 from .schedules import Schedule
-from .simulate import simulate, Costs
+from .simulate import simulate, Costs, order_peak_memory
 from .spec import check_number
 from fastcore.basics import patch
 
@@ -324,7 +324,7 @@ def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lo
     "The memory row of rank `r`: its stages' weights, grads, optimizer state, peak activations `acts`, workspace and messages."
     mine, k, S = schedule.stages_of(r), schedule.microbatch_scale, schedule.num_stages
     w = sum(P[s].param_bytes for s in mine)
-    sent = sum(P[st].out_bytes if kind == 'F' else P[st].in_bytes for kind, st, *_ in schedule.actions(r)
+    sent = sum(P[st].out_bytes if kind == 'F' else P[st].in_bytes for kind, st, _, _ in schedule.actions(r)
                if (kind == 'F' and st < S - 1) or (kind == 'B' and st > 0)) * k
     incoming = [P[s].in_bytes for s in mine if s > 0] + [P[s].out_bytes for s in mine if s < S - 1]  # activations, gradients
     recv = lookahead * max(incoming, default=0) * k
@@ -338,7 +338,7 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
                     stage_profiles:Sequence[LayerProfile], # one per stage: `profile_layers(stages, sample)` for one micro-batch
                     optimizer:str='adamw', # 'sgd', 'momentum', 'adam' or 'adamw'
                     lookahead:int=8, # receives the runtime posts ahead
-                    timeline=None, # the schedule's simulated order if at hand (the autotuner has one per shape)
+                    timeline=None, # a timeline to read the peaks from (a traced run's); default: the schedule's order
                     as_frame:bool=True, # False: a list of dicts (faster, for searches)
                    ):
     "Per-rank memory (bytes) of `schedule` over stages with these profiles: a pandas DataFrame, one row per rank."
@@ -347,9 +347,8 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
     if len(stage_profiles) != schedule.num_stages:
         raise ValueError(f"{len(stage_profiles)} stage profiles for a schedule of {schedule.num_stages} stages: profile the stages, not the layers")
     P = list(stage_profiles)
-    unit = lambda xs: [max(x, 1e-9) for x in xs]  # the order of events, with measured times (zero times are fine too)
-    tl = timeline if timeline is not None else simulate(schedule, Costs(unit([p.forward_s for p in P]), unit([p.backward_s for p in P])))
-    peaks = tl.peak_memory([p.saved_bytes for p in P], [p.in_bytes for p in P])
+    sizes = [p.saved_bytes for p in P], [p.in_bytes for p in P]
+    peaks = timeline.peak_memory(*sizes) if timeline is not None else order_peak_memory(schedule, *sizes)   # the order fixes them
     rows = [_rank_memory(schedule, P, r, peaks[r], optimizer, lookahead) for r in range(schedule.num_ranks)]
     if not as_frame:
         for r in rows: r['total'] = sum(r[k] for k in ('weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages'))

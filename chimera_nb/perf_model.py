@@ -363,7 +363,6 @@ class ShapeInfo(NamedTuple):
     span: float             # the compute makespan at F = 1, B_t = ratio
     reduce_starts: list     # (stage, start at F = 1) of each all-reduce, when the last replica issued it
     compute_end: list       # per rank, its last compute's end at F = 1
-    timeline: Timeline      # the compute at F = 1 (memory estimates read its order)
     hops: int = 0           # forwards and backwards on the critical path: each sends one message, whatever its size
 
 # %% ../nbs/08_perf_model.ipynb #14ce29f3
@@ -401,13 +400,14 @@ def shape_info(s:Schedule, # a schedule (its recompute flag counts)
     hit = _SHAPES.get(key)
     if hit is not None and hit.schedule is s: return hit
     events, held_by = dependency_times(s, _unit_costs(s, ratio))
-    tl = Timeline.from_schedule(s, events)
     path = [a[0] for a in critical_path(events, held_by)]
     cf, cb = _count(path, s, ratio)
-    work = [_count((e.kind for e in tl.rank_events(r)), s, ratio) for r in range(s.num_ranks)]
-    ends = [max((e.end for e in tl.rank_events(r)), default=0.0) for r in range(s.num_ranks)]
+    work = [_count((a[0] for a in s.actions(r)), s, ratio) for r in range(s.num_ranks)]
+    ends = [0.0] * s.num_ranks
+    for e in events: ends[e.rank] = max(ends[e.rank], e.end)
+    span = max(ends) - min(e.start for e in events) if events else 0.0
     ar = _reduce_starts(s, sync, dp_width, {(e.kind, e.stage, e.microbatch, e.pipe): e.end for e in events}, ends)
-    info = ShapeInfo(s, cf, cb, work, ratio, tl.compute_makespan, ar, ends, tl, sum(k in 'FB' for k in path))
+    info = ShapeInfo(s, cf, cb, work, ratio, span, ar, ends, sum(k in 'FB' for k in path))
     if len(_SHAPES) > 20000: _SHAPES.clear()
     _SHAPES[key] = info
     return info
@@ -548,13 +548,13 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
 
 # %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
-def _memory(s:Schedule, sp, optimizer:str, tl) -> list:
-    "Bytes per rank from the partitioner's estimate, on the order of timeline `tl` (or of `tl()`, made on a miss; cached per schedule and stage bytes)."
+def _memory(s:Schedule, sp, optimizer:str) -> list:
+    "Bytes per rank from the partitioner's estimate on `s`'s order (cached per schedule and stage bytes)."
     key = (id(s), optimizer, tuple((p.param_bytes, p.saved_bytes, p.in_bytes, p.out_bytes, p.peak_bytes) for p in sp))
     hit = _MEM.get(key)
     if hit is not None and hit[0] is s: return hit[1]
     if len(_MEM) > 50000: _MEM.clear()
-    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, timeline=tl() if callable(tl) else tl, as_frame=False)]
+    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, as_frame=False)]
     _MEM[key] = (s, out)
     return out
 
@@ -596,7 +596,7 @@ def _analytic(s, sp, ar, c, dp, sync):
     u = unoverlapped(info, scale, ar)
     busy = statistics.fmean(f * F + b * Bt for f, b in info.work)
     bd = Breakdown(busy, c * info.hops, comp - busy - c * info.hops, u)
-    return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb, info.timeline
+    return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb
 
 # %% ../nbs/08_perf_model.ipynb #09d496f4
 def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
@@ -644,7 +644,7 @@ def _simulated(s, sp, ar, c, dp, sync):
     bare_span, bubble = _bare(s, _costs(s, sp, ar, c, p2p=False, reduce=False)) if c else (no_ar, full.bubble_ratio)
     busy = sum(e.end - e.start for e in full.events if e.kind in ('F', 'B', 'W')) / s.num_ranks   # the mean rank's, in one pass
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
-    return full.makespan, bubble, bd, float('nan'), float('nan'), full
+    return full.makespan, bubble, bd, float('nan'), float('nan')
 
 # %% ../nbs/08_perf_model.ipynb #s2080062
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
@@ -663,10 +663,10 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
     policy, tie = sync if profile.comm_overlaps else 'end', _tie_time(s, profile, dp)
-    eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5 + (None,)
-    t, bubble, bd, cf, cb, tl = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
+    eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
+    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
     t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
-    mem = _memory(s, sp, optimizer, tl) if memory else [0.0] * s.num_ranks
+    mem = _memory(s, sp, optimizer) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
@@ -692,11 +692,9 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
 def predict_memory(profile:Profile, # at the micro-batch size to run
                    schedule:Schedule, optimizer:str='adamw',
                   ) -> list:
-    "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (replayed, messages free)."
+    "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (no timing needed)."
     _check_schedule_fits(schedule, profile, 1)
-    sp, new = _stage_times(schedule, profile), tuple.__new__
-    timed = lambda: [new(Event, (r, a[0], a[1], a[2], a[3], t0, t1, -1)) for r, a, t0, t1 in _replayed(schedule, _costs(schedule, sp, 0.0, 0.0))[0]]
-    return _memory(schedule, sp, optimizer, lambda: Timeline.from_schedule(schedule, timed()))
+    return _memory(schedule, _stage_times(schedule, profile), optimizer)
 
 # %% ../nbs/08_perf_model.ipynb #pm080005
 def state_memory(profile:Profile, # at the micro-batch size to run

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck, assume
 import pytest
 from chimera_nb.schedules import (make_schedule, validate, Schedule, SCHEDULES, ScheduleError, Action, list_schedule,
                                   chimera_placement, parse_action, replay)
-from chimera_nb.simulate import simulate, Costs, closed_form, lower_bound
+from chimera_nb.simulate import simulate, Costs, closed_form, lower_bound, order_peak_memory
 from chimera_nb.program import lower, check_program
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -66,6 +66,21 @@ def test_every_bound_holds_and_the_tighter_ones_are_tighter(args, recompute, rnd
     assert max(flight, replayed) <= simulate(s, c).makespan + 1e-9
     assert lower_bound(s, c, dp=2, in_flight=True) <= simulate(lower(s, 'eager', 2), c).makespan + 1e-9
 
+
+
+@FAST
+@given(schedule_args(), st.booleans(), st.booleans(), st.randoms(use_true_random=False))
+def test_memory_read_from_the_order_equals_the_simulated_timelines(args, recompute, forwards, rnd):
+    """A search reads each candidate's peak memory from its order alone (one action at a time per rank); any timing of the
+    order, with messages, all-reduces and uneven stages, must give the same per-rank peaks."""
+    name, D, N, opts = args
+    s = dataclasses.replace(make_schedule(name, D, N, **opts), recompute=recompute)
+    s = s.forwards() if forwards else s
+    S = s.num_stages
+    c = Costs([rnd.uniform(0.1, 3) for _ in range(S)], [rnd.uniform(0.1, 5) for _ in range(S)], [rnd.uniform(0.05, 2) for _ in range(S)],
+              p2p=rnd.choice([0.0, rnd.uniform(0, 0.5)]), allreduce=rnd.uniform(0, 2))
+    ma, mi = [rnd.uniform(0.5, 4) for _ in range(S)], [rnd.uniform(0, 1) for _ in range(S)]
+    assert order_peak_memory(s, ma, mi) == pytest.approx(simulate(s, c).peak_memory(ma, mi), abs=1e-9)
 
 # ---------------------------------------------------------------- Chimera is the paper's order
 def phases_reference(D, N, doubling=False):
