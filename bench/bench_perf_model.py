@@ -17,7 +17,8 @@ real runs' stages profiled as stages, D processes at once (how the training summ
 where the compute ends, and the all-reduces' time to the rest of the step; --calibrate-on=1f1b calibrates on 1F1B, which
 does not all-reduce at W = 1, as the tables before 2026-11-26 did); the
 error is averaged over the other runs.
-Measured = median step time after warm-up, barrier to barrier, configurations stepping in turn. The autotuner ranks
+Measured = median of 10 steps after warm-up, barrier to barrier, configurations stepping in turn; "halves differ" is how far
+the medians of its first and last 5 steps differ, the floor under any prediction's error on this host. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
 Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=1f1b]     (about 70 s on 2 cores)
@@ -41,7 +42,7 @@ SCHEDS = ('gpipe', '1f1b', 'chimera')
 CALIBRATE_ON = next((a.split('=', 1)[1] for a in sys.argv[1:] if a.startswith('--calibrate-on=')), 'chimera')
 SEQ, WIDTH, G_REAL = 32, 768, 32
 SPLITS_REAL = [(4, 8), (8, 4), (16, 2)]          # (B, N) with B x N = 32
-STEPS, WARMUP = 7, 2
+STEPS, WARMUP = 10, 2   # two halves of 5: how far a configuration's median moves when measured again (the floor under any model's error)
 
 
 def mlp_layers(seed=0):
@@ -80,7 +81,8 @@ def _stages(kind, bounds):
 def _runs(rank, world, plan, cal_index):
     """plan: [(kind, schedule, B, N, boundaries)]; kind 'emulated' carries Costs in place of boundaries.
     Every configuration steps in turn (background load hits all alike), all traced alike (the calibration run needs its
-    timeline); returns the median step seconds of each and the timeline of plan[cal_index]."""
+    timeline); returns the median step seconds of each, how far the medians of the two halves of its steps differ, and the
+    timeline of plan[cal_index]."""
     rts, data = [], []
     for i, (kind, name, B, N, extra) in enumerate(plan):
         s = make_schedule(name, world, N)
@@ -95,9 +97,10 @@ def _runs(rank, world, plan, cal_index):
             dist.barrier(); t = time.perf_counter(); rt.step(*data[i]) if data[i][0] is not None else rt.step(); dist.barrier()
             if step >= WARMUP: ts[i].append(time.perf_counter() - t)
             if step >= WARMUP and i == cal_index: tls.append(rt.timeline)
-    med = [statistics.median(x) for x in ts]
+    med, h = [statistics.median(x) for x in ts], STEPS // 2
+    again = [abs(statistics.median(x[:h]) / statistics.median(x[h:]) - 1) for x in ts]
     # calibrate on the traced step nearest the median: one step slowed by the host would skew the fitted overhead
-    return med, min(tls, key=lambda tl: abs(tl.makespan - med[cal_index]))
+    return med, again, min(tls, key=lambda tl: abs(tl.makespan - med[cal_index]))
 
 
 def _stage_level(prof, D, k=None, o=None):
@@ -175,7 +178,7 @@ def main():
         # calibration: one run at the middle split; its traced step fits per-stage times, the time per hop and the all-reduces
         mid = sorted({B for _, _, B, _, _ in plan})[len({B for _, _, B, _, _ in plan}) // 2]
         ci = next(i for i, (_, name, B, _, _) in enumerate(plan) if name == CALIBRATE_ON and B == mid)
-        meas, tl = launch_local(_runs, D, plan, ci, timeout=900)[0]
+        meas, again, tl = launch_local(_runs, D, plan, ci, timeout=900)[0]
         s_cal = make_schedule(CALIBRATE_ON, D, plan[ci][3])
         base = _stage_level(profs[mid], D)
         cal = calibrate(base, tl, s_cal, target=meas[ci])
@@ -186,27 +189,28 @@ def main():
         print(f"{group} D={D}: {len(plan)} runs; calibrated on {CALIBRATE_ON} B={mid}: stage time x{statistics.fmean(f for f, _ in k):.2f} (F) "
               f"x{statistics.fmean(b for _, b in k):.2f} (B), hop {cal.p2p_latency * 1e3:.2f} ms (profile's {profs[mid].p2p_latency * 1e3:.2f}), "
               f"all-reduce x{cal.ar_beta / base.ar_beta if base.ar_beta else float('nan'):.2f} of the measured links ({time.time() - t0:.0f} s)", flush=True)
-        for i, ((kind, name, B, N, _), m) in enumerate(zip(plan, meas)):
+        for i, ((kind, name, B, N, _), m, rep) in enumerate(zip(plan, meas, again)):
             s = make_schedule(name, D, N)
             raw, sim, ana = (predict(p, s, method=k_, memory=False).iteration_s
                              for p, k_ in ((_stage_level(profs[B], D), 'simulate'), (cals[group, D][B], 'simulate'), (cals[group, D][B], 'analytic')))
             st = predict(staged[kind][B], s, memory=False).iteration_s if kind in staged else raw   # emulated: its stages are its layers
-            rows.append(dict(run=group, D=D, schedule=name, B=B, N=N, measured=m, raw=raw, staged=st, simulate=sim, analytic=ana, cal=i == ci))
+            rows.append(dict(run=group, D=D, schedule=name, B=B, N=N, measured=m, raw=raw, staged=st, simulate=sim, analytic=ana, cal=i == ci, again=rep))
             groups.setdefault((group, D), {})[(name, B, N)] = m
     # the table
-    print("\n| run | D | schedule | B | N | measured (ms) | uncalibrated profile, simulator (ms) | error | stages profiled as stages (ms) | error | calibrated, simulator (ms) | error | calibrated, Eq. (1) (ms) | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| run | D | schedule | B | N | measured (ms) | halves differ | uncalibrated profile, simulator (ms) | error | stages profiled as stages (ms) | error | calibrated, simulator (ms) | error | calibrated, Eq. (1) (ms) | error |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     er, est, es, ea = [], [], [], []
     for r in rows:
         e0, e3, e1, e2 = (r[k] / r['measured'] - 1 for k in ('raw', 'staged', 'simulate', 'analytic'))
         if not r['cal']: er.append(abs(e0)); est.append(abs(e3)); es.append(abs(e1)); ea.append(abs(e2))
-        print(f"| {r['run']} | {r['D']} | {r['schedule']}{' (calibration run)' if r['cal'] else ''} | {r['B']} | {r['N']} | {r['measured'] * 1e3:.1f} | "
+        print(f"| {r['run']} | {r['D']} | {r['schedule']}{' (calibration run)' if r['cal'] else ''} | {r['B']} | {r['N']} | {r['measured'] * 1e3:.1f} | {r['again']:.1%} | "
               f"{r['raw'] * 1e3:.1f} | {e0:+.1%} | {r['staged'] * 1e3:.1f} | {e3:+.1%} | {r['simulate'] * 1e3:.1f} | {e1:+.1%} | {r['analytic'] * 1e3:.1f} | {e2:+.1%} |")
     print(f"\nmean absolute error over the {len(es)} runs that were not calibrated on: simulator {statistics.fmean(es):.1%} "
-          f"(uncalibrated profile {statistics.fmean(er):.1%}; its stages profiled as stages {statistics.fmean(est):.1%}), Eq. (1) {statistics.fmean(ea):.1%} (target <= 10%)")
+          f"(uncalibrated profile {statistics.fmean(er):.1%}; its stages profiled as stages {statistics.fmean(est):.1%}), Eq. (1) {statistics.fmean(ea):.1%} (target <= 10%); the same runs' two halves differ by {statistics.fmean(r['again'] for r in rows):.1%} on average")
     for g in dict.fromkeys((r['run'], r['D']) for r in rows):
         sub = [abs(r['simulate'] / r['measured'] - 1) for r in rows if (r['run'], r['D']) == g and not r['cal']]
-        print(f"  {g[0]} D={g[1]}: simulator MAE {statistics.fmean(sub):.1%}")
+        again = statistics.fmean(r['again'] for r in rows if (r['run'], r['D']) == g)
+        print(f"  {g[0]} D={g[1]}: simulator MAE {statistics.fmean(sub):.1%}; measured again (two halves of its steps): {again:.1%} apart")
     # the autotuner's first choice in each group (same global batch, the same candidates)
     print("\n| group | global batch | autotuner's first choice (among the runs) | its measured time (ms) | measured best | best (ms) | within 5% | first over all variants (not run) |")
     print("|---|---|---|---|---|---|---|---|")
