@@ -17,7 +17,7 @@ from torch import nn
 from .runtime import call_stage, flatten, layer_seed, seeded
 from .compute import input_grads, weight_grads
 from .schedules import Schedule
-from .simulate import simulate, Costs, order_peak_memory
+from .simulate import order_peak_memory
 from .spec import check_number
 from fastcore.basics import patch
 
