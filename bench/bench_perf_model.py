@@ -21,7 +21,7 @@ Measured = median of 10 steps after warm-up, barrier to barrier, configurations 
 the medians of its first and last 5 steps differ, the floor under any prediction's error on this host. The autotuner ranks
 the same candidates (autotune(..., method='simulate')) and its first choice is compared with the measured best.
 
-Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=1f1b]     (about 70 s on 2 cores)
+Run: PYTHONPATH=. .venv/bin/python bench/bench_perf_model.py [--calibrate-on=1f1b]     (about 85 s on 2 cores)
 """
 import dataclasses, statistics, sys, time
 import torch
