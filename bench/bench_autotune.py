@@ -22,7 +22,7 @@ CHILD = r"""
 import json, sys
 import pandas
 from chimera_nb.autotune import autotune
-from chimera_nb.perf_model import HARDWARE
+from chimera_nb.hardware import HARDWARE
 from chimera_nb.schedules import SCHEDULES
 P, G, model, Bs, Ds, scheds = json.loads(sys.argv[1])
 kw = dict(micro_batch_sizes=Bs, depths=Ds, schedules=scheds or list(SCHEDULES))

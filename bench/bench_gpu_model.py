@@ -21,7 +21,8 @@ from chimera_nb.launch import init_from_env
 from chimera_nb.measure import profile_layers_as
 from chimera_nb.models import build
 from chimera_nb.partition import Stage, profile_layers
-from chimera_nb.perf_model import Hardware, estimate_profile, fit_efficiency, predict
+from chimera_nb.perf_model import estimate_profile, predict
+from chimera_nb.hardware import Hardware, fit_efficiency
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule
 

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from typing import Sequence
 from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
 from .program import SYNC_POLICIES
-from .spec import PipelineSpec, SpecError, PRESETS, DTYPES, check_number
-from .perf_model import Profile, Prediction, Hardware, HARDWARE, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .spec import PipelineSpec, DTYPES
+from .catalog import PRESETS
+from .checks import SpecError, check_number
+from .perf_model import Profile, Prediction, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .hardware import Hardware, HARDWARE
 from .partition import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES

@@ -11,7 +11,8 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .partition import OPTIMIZER_STATES
-from .perf_model import Profile, Prediction, Breakdown, group_allreduce_time, estimate_profile, predict, HARDWARE, _stage_times, _tie_time, _crossing
+from .perf_model import Profile, Prediction, Breakdown, group_allreduce_time, estimate_profile, predict, _stage_times, _tie_time, _crossing
+from .hardware import HARDWARE
 from .schedules import make_schedule
 
 # %% ../nbs/08a_baselines.ipynb #a51c0002

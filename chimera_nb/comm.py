@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from fastcore.basics import patch
 from .failures import PipelineFailure
-from .spec import check_number
+from .checks import check_number
 from . import _compat
 
 # %% ../nbs/06e_comm.ipynb #83a10074

@@ -26,7 +26,7 @@ from xml.etree.ElementTree import ParseError
 import numpy as np
 import torch
 import tokenizers
-from .spec import check_number
+from .checks import check_number
 
 # %% ../nbs/05_data.ipynb #8c72e623
 from .store import cache_dir, atomic_write, cached, file_key, DataPackage, DATA_PACKAGES, MissingDataError, package_file, existing_path

@@ -15,7 +15,8 @@ from fastcore.basics import patch
 import plotly.graph_objects as go
 from .schedules import Schedule, SCHEDULES, CHIMERA_CONCAT, make_schedule
 from .simulate import Costs, Timeline, simulate, closed_form
-from .spec import PipelineSpec, SpecError
+from .spec import PipelineSpec
+from .checks import SpecError
 from .viz import (plot_timeline, plot_memory, compare, save_html, save_image, export_schedule, find_chromium,
                             resolve_theme, EXPORTS, GLOSSARY, sig3, pct, _PAGE)
 

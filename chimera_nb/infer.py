@@ -7,7 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/infer.html.md"""
 # %% auto #0
 __all__ = ['MODES', 'INFER_DTYPES', 'InferConfig', 'check_infer_config', 'inputs_for', 'timed', 'dp_rank', 'pipeline_rank',
            'InferRow', 'measure_rank', 'with_efficiency', 'save_results', 'load_results', 'benchmark', 'plot_scaling',
-           'infer_parser', 'main']
+           'run_from_env']
 
 # %% ../nbs/13_infer.ipynb #22a5197e
 import argparse, json, os, statistics, sys, time
@@ -22,7 +22,8 @@ from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
 from .train import TrainConfig, prepare_data, split_batch, provenance
-from .spec import PipelineSpec, SpecError, check_number
+from .spec import PipelineSpec
+from .checks import SpecError, check_number
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 MODES = ('dp', 'pipeline')
@@ -215,34 +216,9 @@ def plot_scaling(df:pd.DataFrame, title:str='BERT inference scaling'):
     fig.update_xaxes(type='log', tickvals=sorted(df.ranks.unique()))
     return fig
 
-# %% ../nbs/13_infer.ipynb #22e6461b
-def infer_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='python -m chimera_nb.infer', description='BERT inference throughput, data-parallel or pipelined.')
-    for f in fields(InferConfig):
-        flag = '--' + f.name.replace('_', '-')
-        if f.name in ('ranks', 'batch_sizes'): p.add_argument(flag, type=int, nargs='+', default=f.default)
-        else: p.add_argument(flag, type=type(f.default) if f.default is not None else str, default=f.default)
-    p.add_argument('--local', action='store_true', help='start local processes for each --ranks count (else: read srun/torchrun env)')
-    return p
-
-# %% ../nbs/13_infer.ipynb #9be8aee4
-def main(argv=None) -> int:
-    "Run the benchmark; print the table (and write --out)."
-    a = vars(infer_parser().parse_args(argv)); local = a.pop('local')
-    try:
-        if not local:  # the world srun / torchrun started is the one measured
-            w = os.environ.get('WORLD_SIZE') or os.environ.get('SLURM_NTASKS') or '1'
-            if not w.strip().isdigit(): raise ValueError(f"WORLD_SIZE / SLURM_NTASKS = {w!r} is not a number: fix the launcher's environment")
-            a['ranks'] = (int(w),)
-        cfg = check_infer_config(InferConfig(**a))
-    except ValueError as e: print(f"chimera_nb.infer: error: {e}", file=sys.stderr); return 2
-    if local: df = benchmark(cfg)
-    else: df = _from_env(cfg)
-    if df is not None: print(df.to_string(index=False))
-    return 0
-
 # %% ../nbs/13_infer.ipynb #2d5cb0c0
-def _from_env(cfg:InferConfig) -> pd.DataFrame|None:
+def run_from_env(cfg:InferConfig) -> pd.DataFrame|None:
+    "Measure the world srun or torchrun started, one row per batch size; rank 0 returns the table (with --out's earlier rows)."
     from chimera_nb.launch import init_from_env
     rank, world, _ = init_from_env(timeout=cfg.timeout)
     rows = []
@@ -256,5 +232,3 @@ def _from_env(cfg:InferConfig) -> pd.DataFrame|None:
     df = with_efficiency(df)
     if cfg.out: save_results(df, cfg.out)
     return df
-
-if __name__ == '__main__' and sys.argv[0].endswith(os.path.join('chimera_nb', 'infer.py')): sys.exit(main())

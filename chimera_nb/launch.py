@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 from .failures import PipelineFailure
-from .spec import check_number
+from .checks import check_number
 from .comm import read_failures, report_failure
 from . import _compat
 

@@ -15,7 +15,7 @@ from .schedules import make_schedule
 from .program import lower
 from .simulate import Costs, simulate
 from .models import PRESETS
-from .spec import check_number
+from .checks import check_number
 from .perf_model import Profile, _versions
 
 # %% ../nbs/08b_measure.ipynb #bdb7f3d9

@@ -17,7 +17,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from .partition import Stage, partition, Partition
-from .spec import Preset, PRESETS, TASKS, check_number   # beside the spec, which checks D and seq_len against them without torch
+from .catalog import Preset, PRESETS, TASKS   # beside the spec, which checks D and seq_len against them without torch
+from .checks import check_number
 
 # %% ../nbs/04_models.ipynb #57119f6d
 class BertEmbed(nn.Module):

@@ -18,7 +18,7 @@ from .runtime import call_stage, flatten, layer_seed, seeded
 from .compute import input_grads, weight_grads
 from .schedules import Schedule
 from .simulate import order_peak_memory
-from .spec import check_number
+from .checks import check_number
 from fastcore.basics import patch
 
 # %% ../nbs/03_partition.ipynb #s2030001

@@ -13,7 +13,8 @@ import ipywidgets as W, traitlets
 import plotly.graph_objects as go
 from .autotune import autotune, Tuning
 from .spec import PipelineSpec, TrainConfig
-from .perf_model import HARDWARE, Profile, estimate_profile, predict, resolve_sync
+from .perf_model import Profile, estimate_profile, predict, resolve_sync
+from .hardware import HARDWARE
 from .viz import plot_breakdown
 from .partition import memory_estimate, MEMORY_PARTS
 from .models import PRESETS

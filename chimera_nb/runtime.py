@@ -23,7 +23,7 @@ from .payload import flatten, unflatten, call_stage, split_microbatches, _microb
 from .comm import Comm, ChannelComm, current_comm, run_threads, read_failures, report_failure
 from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed
 from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message
-from .spec import check_number
+from .checks import check_number
 
 # %% ../nbs/06_runtime.ipynb #f5dee2a5
 class PendingRecv(NamedTuple):

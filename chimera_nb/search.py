@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import Schedule, Action, make_schedule, chimera_placement, validate, ScheduleError, CHIMERA_CONCAT
 from .simulate import Costs, simulate
-from .spec import check_number
+from .checks import check_number
 from fastcore.basics import patch
 
 # %% ../nbs/01a_search.ipynb #f12be9c7

@@ -15,7 +15,7 @@ from typing import NamedTuple, Sequence
 from fastcore.basics import patch
 from .schedules import Schedule, Action, make_schedule, SCHEDULES, ScheduleError, CHIMERA_CONCAT, gc_paused
 from .program import Program, lower, Compute, Send, Recv, ReduceStart, ReduceWait, Msg, SYNC_POLICIES
-from .spec import check_number
+from .checks import check_number
 
 # %% ../nbs/01_simulate.ipynb #f1e00011
 def sig3(x:float) -> str:

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 __all__ = ['ALLOWED', 'CLUSTER_PRESETS', 'SCRIPT_SET', 'FINAL', 'FAILED', 'check_value', 'time_seconds', 'slurm_time', 'run_name',
            'SlurmJob', 'preset', 'check_job', 'rank_layout', 'run_toml', 'render', 'SlurmError', 'submit_env', 'submit',
            'TaskState', 'parse_scontrol', 'Job', 'read_metrics', 'collect', 'JobWatch', 'schedule_configs',
-           'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'cli_parser', 'main', 'JobForm', 'job_form']
+           'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, os, re, shlex, shutil, subprocess, sys, time
@@ -16,7 +16,8 @@ from fastcore.basics import patch
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import NamedTuple
-from .spec import PipelineSpec, TrainConfig, SpecError, layouts, parse_config, EXIT_REQUEUE, check_number
+from .spec import PipelineSpec, TrainConfig, layouts, EXIT_REQUEUE
+from .checks import SpecError, check_number
 
 # %% ../nbs/10_slurm.ipynb #11da2988
 ALLOWED = {  # field kind: (regular expression, what the message says is allowed)
@@ -236,7 +237,7 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac',
           'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
           'trap - ERR; rc=0',
-          'srun "$PYTHON" -m chimera_nb.train --config "$OUT/run.toml" --metrics "$OUT/metrics.jsonl" \\',
+          'srun "$PYTHON" -m chimera_nb.cli train --config "$OUT/run.toml" --metrics "$OUT/metrics.jsonl" \\',
           '    --checkpoint-dir "$OUT/checkpoints" --resume --local-ranks 0 --no-progress || rc=$?',
           'echo "$SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $rc $(date +%s)" >> "$OUT/exit_codes"']
     if job.requeue:
@@ -604,68 +605,6 @@ def plot_sweep(df, y:str='samples_per_s', # a column of `collect`'s table
     import plotly.express as px
     df = df.assign(label=[f"{r.schedule} D={r.D} W={r.W}" for r in df.itertuples()])
     return px.bar(df, x='label', y=y, color='schedule', title=title, text_auto='.3s')
-
-# %% ../nbs/10_slurm.ipynb #91d322f0
-def cli_parser():
-    from chimera_nb.spec import OneLineParser
-    p = OneLineParser(prog='chimera-slurm', description='Submit, watch and collect chimera_nb training jobs on SLURM.')
-    sub = p.add_subparsers(dest='cmd', required=True)
-    s = sub.add_parser('submit', help='render the batch script and sbatch it (training flags after --)')
-    s.add_argument('--preset', default='generic', choices=list(CLUSTER_PRESETS))
-    for f in ('run_dir', 'name', 'gpu_type', 'mem', 'time', 'partition', 'account', 'qos', 'python'):
-        s.add_argument('--' + f.replace('_', '-'))
-    for f in ('nodes', 'gpus_per_node', 'tasks_per_node', 'cpus_per_task', 'signal_before', 'max_restarts'):
-        s.add_argument('--' + f.replace('_', '-'), type=int)
-    s.add_argument('--module', action='append', dest='modules', help="module load this (repeat; replaces the preset's)")
-    s.add_argument('--env', action='append', default=[], metavar='NAME=VALUE', help='export this (repeat)')
-    s.add_argument('--setup', action='append', dest='setup', help='a shell line run before training, as written (repeat)')
-    s.add_argument('--extra', action='append', help='a further sbatch option, e.g. --extra=--constraint=ib (repeat)')
-    s.add_argument('--no-requeue', action='store_true'); s.add_argument('--dry-run', action='store_true', help='print the script only')
-    for name, h in (('status', 'state of every task'), ('logs', 'tail of the log'), ('cancel', 'scancel (or signal) the job')):
-        c = sub.add_parser(name, help=h); c.add_argument('job', help='a job id or a run folder')
-        if name == 'logs': c.add_argument('-n', type=int, default=40)
-        if name == 'cancel': c.add_argument('--signal', help='send this signal instead (USR1: checkpoint and requeue)')
-    c = sub.add_parser('collect', help="one table of a run's or a sweep's results"); c.add_argument('run_dir'); c.add_argument('--csv')
-    return p
-
-# %% ../nbs/10_slurm.ipynb #c3ad16e3
-def _job_from_args(a, train_argv) -> SlurmJob:
-    train = parse_config(train_argv)
-    changes = {k: v for k, v in vars(a).items() if k in {f.name for f in fields(SlurmJob)} - {'env'} and v is not None}
-    for k in ('modules', 'setup', 'extra'):
-        if k in changes: changes[k] = tuple(changes[k])
-    env = {}
-    for kv in a.env:
-        if '=' not in kv: raise ValueError(f"--env {kv!r}: use NAME=VALUE")
-        k, v = kv.split('=', 1); env[k] = v
-    if env: changes['env'] = env
-    if a.no_requeue: changes['requeue'] = False
-    return preset(a.preset, train, **changes)
-
-# %% ../nbs/10_slurm.ipynb #4e916837
-def main(argv=None) -> int:
-    "The `chimera-slurm` command."
-    argv = list(sys.argv[1:] if argv is None else argv)
-    train_argv = argv[argv.index('--') + 1:] if '--' in argv else []
-    argv = argv[:argv.index('--')] if '--' in argv else argv
-    a = cli_parser().parse_args(argv)
-    try:
-        if a.cmd == 'submit':
-            job = _job_from_args(a, train_argv)
-            if a.dry_run: print(render(job), end=''); return 0
-            j = submit(job); print(f"submitted job {j.job_id}; run folder {j.run_dir}"); return 0
-        if a.cmd == 'collect':
-            df = collect(a.run_dir)
-            if a.csv: df.to_csv(a.csv, index=False)
-            print(df.to_string(index=False) if len(df) else f"no finished runs under {a.run_dir}"); return 0
-        j = Job.attach(a.job)
-        if a.cmd == 'status':
-            for t in j.tasks(): print(f"{t.job_id}\t{t.state}\t{t.reason}\t{t.elapsed}\trestarts={t.restarts}\t{t.nodes}")
-        elif a.cmd == 'logs': print(j.log(a.n))
-        elif a.cmd == 'cancel': j.cancel(a.signal); print(f"{'signalled' if a.signal else 'cancelled'} job {j.job_id}")
-        return 0
-    except (ValueError, TypeError) as e: print(f"chimera-slurm: error: {e}", file=sys.stderr); return 2
-    except SlurmError as e: print(f"chimera-slurm: {e}", file=sys.stderr); return 1
 
 # %% ../nbs/10_slurm.ipynb #9af5a2d3
 _SPEC_FIELDS = ('model', 'schedule', 'D', 'W', 'N', 'B')   # the spec's numbers a job form may change (the rest stays as given)

@@ -56,7 +56,7 @@ INFER_SCRIPT = """#!/bin/bash
 #SBATCH --qos=mygroup
 #SBATCH --output=%x-%j.out
 # WHAT TO CHANGE before `sbatch`: --account / --qos (your group); the module / conda lines (an environment with
-#   chimera_nb installed); the benchmark's flags below (python -m chimera_nb.infer --help)
+#   chimera_nb installed); the benchmark's flags below (python -m chimera_nb.cli infer --help)
 set -euo pipefail
 # ---- the environment: edit these lines (pin module versions; `module spider NAME` lists them) ----
 module load conda cuda/12.8.1
@@ -70,7 +70,7 @@ export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
 mkdir -p runs/bert-infer-bench
 for mode in dp pipeline; do
   for n in 1 2 4 8; do
-    srun --ntasks=$n --ntasks-per-node=$n python -m chimera_nb.infer --model bert-large --mode $mode \\
+    srun --ntasks=$n --ntasks-per-node=$n python -m chimera_nb.cli infer --model bert-large --mode $mode \\
         --batch-sizes 8 32 128 --seq-len 128 --dtype bfloat16 --out runs/bert-infer-bench/results.csv
   done
 done

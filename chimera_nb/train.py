@@ -10,7 +10,7 @@ __all__ = ['TORCH_DTYPES', 'CHECKPOINT_FORMAT', 'RESUME_FREE', 'PROBE_FIELDS', '
            'config_differences', 'save_checkpoint', 'read_manifest', 'verify_checkpoint', 'latest_checkpoint',
            'check_resume', 'load_checkpoint', 'StopFlag', 'forwarding_signals', 'ResourceProbe', 'evaluate_model',
            'TrainResult', 'TrainingDiverged', 'MetricsLog', 'train_rank', 'provenance', 'StepClock', 'check_outputs',
-           'train', 'run_command', 'main', 'RunLog', 'read_run']
+           'train', 'run_command', 'RunLog', 'read_run']
 
 # %% ../nbs/07_train.ipynb #344bc7d4
 import dataclasses, hashlib, io, json, math, os, signal, sys, tempfile, time, typing, warnings
@@ -20,7 +20,9 @@ import torch
 import torch.distributed as dist
 from . import data as D
 from .models import build, to_stages
-from .spec import PipelineSpec, TrainConfig, SpecError, PRESETS, TASKS, EXIT_REQUEUE
+from .spec import PipelineSpec, TrainConfig, EXIT_REQUEUE
+from .catalog import PRESETS, TASKS
+from .checks import SpecError
 from .runtime import PipelineRuntime, PipelineFailure, NonFiniteLossError, clip_grad_norm_
 from .payload import to_device
 
@@ -653,14 +655,6 @@ def run_command(cfg:TrainConfig) -> int:
         return EXIT_REQUEUE
     if res.summary: print(json.dumps({k: v for k, v in res.summary.items() if k not in ('config', 'spec')}, default=str))
     return 0
-
-# %% ../nbs/07_train.ipynb #d95f120b
-def main(argv=None) -> int:
-    "`python -m chimera_nb.train`: the same as `chimera-train` (flags parsed by `spec.main`, without torch)."
-    from chimera_nb.spec import main as spec_main
-    return spec_main(argv)
-
-if __name__ == '__main__' and sys.argv[0].endswith(os.path.join('chimera_nb', 'train.py')): sys.exit(main())
 
 # %% ../nbs/07_train.ipynb #69e386e3
 class RunLog(typing.NamedTuple):

@@ -61,7 +61,7 @@ def jobs(cluster, tmp_path_factory):
     finally:
         for k in leak: os.environ.pop(k)
     from chimera_nb.autotune import autotune
-    from chimera_nb.perf_model import HARDWARE
+    from chimera_nb.hardware import HARDWARE
     best = autotune(2, 8, model='bert-tiny', hardware=HARDWARE['p100-daint'], micro_batch_sizes=[2, 4], recompute=[False],
                     schedules=['chimera', '1f1b', 'zb-h1']).best   # the tuner's first pick goes to the job as it is
     out['tuned'] = best, submit(_job(tmp, 'tuned', TrainConfig(best, steps=3, progress=False, eval_batches=1, timeout=90.0)))

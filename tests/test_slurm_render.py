@@ -122,7 +122,7 @@ def test_every_preset_renders_and_parses(tmp_path):
 
 
 def test_run_file_round_trip(tmp_path):
-    from chimera_nb.spec import parse_config
+    from chimera_nb.cli import parse_config
     cfg = TC(model='gpt2-tiny', schedule='1f1b', D=2, W=2, lr=3e-4, recompute=True, data='wikipedia', dropout=0.0)
     (tmp_path / 'run.toml').write_text(run_toml(cfg))
     assert parse_config(['--config', str(tmp_path / 'run.toml')]) == cfg
@@ -137,7 +137,7 @@ def test_run_file_round_trip(tmp_path):
 def test_chimera_slurm_flags_never_give_a_traceback(job_argv, train_argv):
     "Any chimera-slurm submit line: a script (exit 0) or one line of error (exit 1 or 2); argparse's own usage exit is 2."
     import contextlib, io
-    from chimera_nb.slurm import main
+    from chimera_nb.cli import slurm_main as main
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try: rc = main(['submit', *job_argv, '--dry-run', '--', *train_argv])

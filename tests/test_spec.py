@@ -4,7 +4,10 @@ raises anything but a SpecError (or argparse's exit 2), and answers --help witho
 import json, math, subprocess, sys, tomllib
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
-from chimera_nb.spec import PipelineSpec, TrainConfig, SpecError, PRESETS, parse_config, DTYPES
+from chimera_nb.spec import PipelineSpec, TrainConfig, DTYPES
+from chimera_nb.cli import parse_config
+from chimera_nb.catalog import PRESETS
+from chimera_nb.checks import SpecError
 from chimera_nb.schedules import SCHEDULES, CHIMERA_CONCAT
 
 SPEC_FIELDS = {f: None for f in PipelineSpec.__dataclass_fields__}
@@ -58,7 +61,7 @@ def test_the_parser_refuses_in_one_line(argv):
 
 
 def test_help_is_quick_and_imports_no_torch():
-    code = "import sys; from chimera_nb.spec import config_parser; config_parser().format_help(); print('torch' in sys.modules)"
+    code = "import sys; from chimera_nb.cli import config_parser; config_parser().format_help(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == 'False', out.stderr
     helps = [a.help for a in config_parser_actions() if a.dest not in ('help',)]
@@ -66,7 +69,7 @@ def test_help_is_quick_and_imports_no_torch():
 
 
 def config_parser_actions():
-    from chimera_nb.spec import config_parser
+    from chimera_nb.cli import config_parser
     return [a for a in config_parser()._actions if a.option_strings and not a.option_strings[0].startswith('--no-')]
 
 

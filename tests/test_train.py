@@ -238,7 +238,7 @@ def test_a_searched_schedule_trains_from_its_file_as_plain_training(tmp_path):
     "search_schedule's order, saved and read back as a custom spec, trains with the losses of one process (float64, dropout)."
     from chimera_nb.search import search_schedule
     from chimera_nb.simulate import Costs
-    from chimera_nb.spec import read_order
+    from chimera_nb.cli import read_order
     r = search_schedule(4, 4, Costs([1, 1, 1, 3], [1, 1, 1, 3], [1, 1, 1, 3], p2p=0.2), placements=('single', 'bidirectional'),
                         time_limit=3, method='heuristic')
     path = tmp_path / 'order.txt'; path.write_text(r.schedule.to_text())
