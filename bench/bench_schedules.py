@@ -5,14 +5,16 @@
    order per rank, `_validate_schedule`, `_add_send_recv`, `_simulate_comms_compute`).
 2. Table: every schedule's simulated makespan and peak activations (Ma units) next to its closed form and next to
    torch.distributed.pipelining's order of the same name where one exists (its `_calculate_single_rank_operations`,
-   read with `Schedule.from_torch` and simulated with the same costs), for F:B:W in {1:1:0, 1:2:0, 1:1:1, 2:2:1}.
+   read with `torch_order.from_torch` and simulated with the same costs), for F:B:W in {1:1:0, 1:2:0, 1:1:1, 2:2:1}.
 
 Run: .venv/bin/python bench/bench_schedules.py [speed] [table]   (prints markdown tables; results go in BENCHMARKS.md)
 """
 import platform, statistics, sys, time, types
 import torch
 from torch.distributed.pipelining import schedules as tsched
-from chimera_nb.schedules import make_schedule, Schedule
+from chimera_nb.schedules import make_schedule
+from chimera_nb.ir import Schedule
+from chimera_nb.torch_order import from_torch
 from chimera_nb.simulate import simulate, Costs, closed_form
 
 
@@ -95,7 +97,7 @@ def table(D=8, N=16):
             t = ''
             if label in TORCH_SAME_NAME:
                 cls, local = TORCH_SAME_NAME[label]
-                ts = Schedule.from_torch(torch_order(cls, D, N, local), name=label)
+                ts = from_torch(torch_order(cls, D, N, local), name=label)
                 ttl = simulate(ts, c)
                 t = f"{ttl.makespan:g} ({max(ttl.peak_activations):g})"
             cells += [f"{tl.makespan:g} ({max(tl.peak_activations):g})", cf_txt, t]

@@ -13,12 +13,13 @@ import dataclasses, functools, heapq, html, math, numbers, os, time
 from typing import NamedTuple
 from dataclasses import dataclass, field
 from typing import Sequence
-from .schedules import SCHEDULES, CHIMERA_CONCAT, Schedule, gc_paused
+from .schedules import SCHEDULES, CHIMERA_CONCAT, make_schedule, schedule_label
+from .ir import Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, DTYPES
 from .catalog import PRESETS
 from .checks import SpecError, check_number
-from .perf_model import Profile, Prediction, estimate_profile, predict, label, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .perf_model import Profile, Prediction, estimate_profile, predict, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
 from .hardware import Hardware, HARDWARE
 from .partition import split_times
 from .simulate import sig3
@@ -35,13 +36,17 @@ def _ints(v, what:str) -> list:
     return sorted({_pos_int(x, what) for x in ([v] if isinstance(v, numbers.Integral) else v)})
 
 # %% ../nbs/09_autotune.ipynb #s2090002
-def _variants(name:str, D:int, concat:str|None=None) -> list:
-    "The generator options of schedule `name` searched at depth D (Chimera: only concatenation `concat` if given)."
-    if name == 'chimera':
-        return [dict(pipes=p, concat=c) for p in range(2, D + 1, 2) if D % p == 0 for c in CHIMERA_CONCAT
-                if (p == 2 or c in ('direct', 'zero-bubble')) and concat in (None, c)] or [dict(pipes=2, concat=concat or 'direct')]
-    if name == 'interleaved-1f1b': return [dict(chunks=2), dict(chunks=4)]
-    return [{}]
+def _variants(name:str, D:int, fixed:dict|None=None) -> list:
+    "The generator options of schedule `name` searched at depth D (only those with the `fixed` options, if given)."
+    kind = SCHEDULES[name]
+    vs = [v for v in kind.variants_at(D) if all(v.get(k) == x for k, x in (fixed or {}).items())]
+    return vs or [{**kind.defaults, **(fixed or {})}]   # none valid here: the defaults, so the spec says why
+
+@functools.lru_cache(maxsize=4096)
+def _recomputes(name:str, D:int, N:int, options:tuple) -> bool:
+    "The generator's own order recomputes (forward doubling): a candidate asking for recompute again would repeat it."
+    try: return make_schedule(name, D, N, check=False, **dict(options)).recompute
+    except ValueError: return False
 
 # %% ../nbs/09_autotune.ipynb #s2090004
 def _depths(P:int, depths) -> list:
@@ -58,15 +63,16 @@ PAPER_NAMES = {'dapple': '1f1b'}   # the paper's names of schedules we have unde
 
 def schedule_choice(names:str|Sequence[str], # ours (SCHEDULES), the paper's (DAPPLE, PipeDream, PipeDream-2BW), or chimera-<concat>
                    ) -> tuple:
-    "([(schedule, Chimera concatenation or None)], [asynchronous baselines]) of the names a search is restricted to."
+    "([(schedule, the options it is restricted to or None)], [asynchronous baselines]) of the names a search is restricted to."
     sync, asyn = [], []
+    named = {f"{k.name}-{c}": (k.name, {o.name: c}) for k in SCHEDULES.values() for o in k.options for c in o.choices}   # chimera-doubling
     for n in ([names] if isinstance(names, str) else names):
         k = PAPER_NAMES.get(str(n).lower(), str(n).lower())
         if k in ASYNC_SCHEMES: asyn.append(k)
         elif k in SCHEDULES: sync.append((k, None))
-        elif k.startswith('chimera-') and k[8:] in CHIMERA_CONCAT: sync.append(('chimera', k[8:]))
+        elif k in named: sync.append(named[k])
         else: raise ValueError(f"unknown schedule {n!r}: choose from {list(SCHEDULES)}, the paper's DAPPLE, PipeDream, PipeDream-2BW, "
-                               f"or chimera-<{'|'.join(CHIMERA_CONCAT)}>")
+                               f"or one of {', '.join(named)}")
     return sync, asyn
 
 # %% ../nbs/09_autotune.ipynb #80497617
@@ -91,10 +97,10 @@ def candidates(gpus:int, # P
     Gs, Bs = _ints(global_batch, 'global_batch'), _ints(micro_batch_sizes or [1, 2, 4, 8, 16, 32, 64], 'micro-batch size')
     chosen = schedule_choice(schedules)[0]
     for W, D, B, N in _splits(P, Gs, Bs, _depths(P, depths)):
-        for name, concat in chosen:
-            for opts in _variants(name, D, concat):
+        for name, fixed in chosen:
+            for opts in _variants(name, D, fixed):
                 for rc in recompute:
-                    if rc and opts.get('concat') == 'doubling': continue  # forward doubling always recomputes
+                    if rc and _recomputes(name, D, N, tuple(opts.items())): continue  # forward doubling recomputes already
                     f = dict(schedule=name, W=W, D=D, B=B, N=N, recompute=bool(rc), **opts)
                     try: yield base.replace(**f), None
                     except SpecError as e: yield f, str(e)
@@ -128,7 +134,7 @@ def __repr__(self:Tuning):
     cut = f"{len(self.pruned)} pruned, " if self.pruned is not None and len(self.pruned) else ''
     head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {cut}{self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
     b = self.best
-    return head + (f"; best: {label(b.make())} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
+    return head + (f"; best: {schedule_label(b.schedule, b.options)} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
 
 # %% ../nbs/09_autotune.ipynb #s2090013
 @patch
@@ -267,7 +273,7 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
     bounds = [k.throughput if k else _bound(c, prof_at) if exact is not None else math.inf for c, k in zip(specs, known)]
     lead = _Leaders(exact or 0)
     for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
-        c, g = specs[i], label(specs[i].make())
+        c, g = specs[i], schedule_label(specs[i].schedule, specs[i].options)
         if exact is not None and known[i] is None:
             if (why := _heavy(c, prof_at, limit, optimizer)) is not None: bad.append(_rejected(c, None, why)); continue
             if not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
@@ -321,7 +327,7 @@ def _same_runs(rank):
 def _rejected(c, p, why) -> dict:
     "A rejected row: `c` is a spec, or the fields that made none."
     f = c if isinstance(c, dict) else c.to_dict()
-    return dict(label=p.label if p else label(c.make()) if isinstance(c, PipelineSpec) else f['schedule'], W=f['W'], D=f['D'], B=f['B'], N=f['N'], recompute=f['recompute'], reason=why,
+    return dict(label=p.label if p else schedule_label(c.schedule, c.options) if isinstance(c, PipelineSpec) else f['schedule'], W=f['W'], D=f['D'], B=f['B'], N=f['N'], recompute=f['recompute'], reason=why,
                 spec=c if isinstance(c, PipelineSpec) else None)
 
 # %% ../nbs/09_autotune.ipynb #s2090035

@@ -15,7 +15,8 @@ import argparse, dataclasses, os, sys, typing
 from dataclasses import fields
 from pathlib import Path
 from .checks import SpecError
-from .schedules import make_schedule, SCHEDULES, Schedule
+from .schedules import make_schedule, SCHEDULES
+from .ir import Schedule
 from .simulate import simulate, Costs, compare_table
 from .spec import PipelineSpec, TrainConfig, field_docs, split_keys
 from .files import load_dict

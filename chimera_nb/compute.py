@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple
 import torch
 from torch import nn
 from fastcore.basics import patch
-from .schedules import Schedule, Action
+from .ir import Schedule, Action
 from .simulate import Costs
 from .payload import flatten, unflatten, call_stage, to_device
 from . import _compat

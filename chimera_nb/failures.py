@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/failures.html.md"""
 __all__ = ['PipelineFailure', 'CommError', 'NonFiniteLossError', 'describe', 'failure_message']
 
 # %% ../nbs/06g_failures.ipynb #9fc0e609
-from .schedules import Schedule, Action
+from .ir import Schedule, Action
 from .program import Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss
 
 # %% ../nbs/06g_failures.ipynb #50308553

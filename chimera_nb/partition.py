@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from .runtime import call_stage, flatten, layer_seed, seeded
 from .compute import input_grads, weight_grads
-from .schedules import Schedule
+from .ir import Schedule
 from .simulate import order_peak_memory
 from .checks import check_number
 from fastcore.basics import patch

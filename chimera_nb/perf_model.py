@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['BOUNDS', 'Profile', 'estimate_profile', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info',
-           'allreduce_time', 'group_allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'label', 'predict',
+           'allreduce_time', 'group_allreduce_time', 'unoverlapped', 'Breakdown', 'Prediction', 'predict',
            'predict_bound', 'predict_memory', 'state_memory', 'cross_check', 'resolve_sync', 'predict_spec',
            'calibrate']
 
@@ -14,7 +14,8 @@ __all__ = ['BOUNDS', 'Profile', 'estimate_profile', 'dependency_times', 'critica
 import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple, Sequence
-from .schedules import Schedule, make_schedule, SCHEDULES, replay
+from .schedules import schedule_label, make_schedule, SCHEDULES
+from .ir import Schedule, replay
 from .program import lower, reduce_points, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3, lower_bound
 from .partition import LayerProfile, balance, memory_estimate, OPTIMIZER_STATES, split_times, stage_split
@@ -414,20 +415,13 @@ def __repr__(self:Prediction):
             f"{self.method}: {sig3(self.iteration_s * 1e3)} ms, {sig3(self.throughput)} samples/s, bubble {sig3(self.bubble_ratio)}, "
             f"{sig3(self.memory_per_gpu / 2**30)} GiB{'; ' + self.warning if self.warning else ''})")
 
-# %% ../nbs/08_perf_model.ipynb #631362f6
-def label(s:Schedule) -> str:
-    "A short name of `s` with its options."
-    o = s.options
-    extra = (f" pipes={o['pipes']}" if o.get('pipes', 2) != 2 else '') + (f" {o['concat']}" if o.get('concat', 'direct') != 'direct' else '')
-    return s.name + extra + (f" chunks={o['chunks']}" if 'chunks' in o else '')
-
 # %% ../nbs/08_perf_model.ipynb #s2080045
 def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
     if not isinstance(s, Schedule): raise TypeError(f"expected a Schedule, got {type(s).__name__}")
     if not isinstance(profile, Profile): raise TypeError(f"expected a Profile, got {type(profile).__name__}")
     check_number('the data-parallel width W', dp, int, lo=1)
     if s.num_stages > len(profile.layers):
-        raise ValueError(f"{label(s)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
+        raise ValueError(f"{schedule_label(s.name, s.options)} with D={s.num_ranks} runs {s.num_stages} stages, but {profile.model} has "
                          f"{len(profile.layers)} layers: use fewer stages")
 
 # %% ../nbs/08_perf_model.ipynb #fe5739fb
@@ -576,7 +570,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
     mem = _memory(s, sp, optimizer) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
-    return Prediction(label(s), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
+    return Prediction(schedule_label(s.name, s.options), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
                       _disagreement(t, eq1[0] + tie, sp) if method == 'simulate' and cross_check else '')
 

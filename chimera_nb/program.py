@@ -13,7 +13,8 @@ __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute',
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from fastcore.basics import patch
-from .schedules import Schedule, Action, DEPENDS, dependencies, make_schedule, pipe_tag, ScheduleError, gc_paused
+from .schedules import make_schedule
+from .ir import Schedule, Action, DEPENDS, dependencies, pipe_tag, ScheduleError, gc_paused
 
 # %% ../nbs/00a_program.ipynb #f0cc8b53
 class Msg(NamedTuple):

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from fastcore.basics import patch
-from .schedules import Schedule, Action, validate
+from .ir import Schedule, Action, validate
 from .program import Program, lower, Msg, Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss, SYNC_POLICIES
 from .simulate import Event, Timeline, Costs
 from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack_message, empty_message, Shapes, HEADER_BYTES

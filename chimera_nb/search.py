@@ -14,7 +14,8 @@ __all__ = ['PLACEMENTS', 'WEIGHT_COPIES', 'RULES', 'EXACT_ACTIONS', 'placement_m
 import dataclasses, functools, heapq, math, os, random, time, warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
-from .schedules import Schedule, Action, make_schedule, chimera_placement, validate, ScheduleError, CHIMERA_CONCAT
+from .schedules import SCHEDULES, make_schedule, chimera_placement, CHIMERA_CONCAT
+from .ir import Schedule, Action, validate, ScheduleError
 from .simulate import Costs, simulate
 from .checks import check_number
 from fastcore.basics import patch
@@ -143,16 +144,11 @@ def peaks(orders:list, p:Problem) -> list:
 # %% ../nbs/01a_search.ipynb #702df704
 def fixed_variants(D:int, N:int) -> list:
     "(label, schedule) of every fixed schedule and variant the library makes for D ranks and N micro-batches."
-    todo = [('gpipe', {}), ('1f1b', {}), ('zb-h1', {}), ('gems', {}), ('dualpipev', {})]
-    todo += [('interleaved-1f1b', dict(chunks=v)) for v in (2, 4)]
-    todo += [('chimera', dict(pipes=p, concat=c)) for p in range(2, D + 1, 2) if D % p == 0 for c in CHIMERA_CONCAT
-             if p == 2 or c in ('direct', 'zero-bubble')]
     out = []
-    for name, opts in todo:
-        try: s = make_schedule(name, D, N, **opts)
-        except ValueError: continue
-        label = name + ''.join(f" {k}={v}" for k, v in opts.items() if (k, v) not in (('pipes', 2), ('concat', 'direct')))
-        out.append((label, s))
+    for kind in SCHEDULES.values():
+        for opts in kind.variants_at(D):
+            try: out.append((kind.label(opts), make_schedule(kind.name, D, N, **opts)))
+            except ValueError: continue   # not at this D and N (Chimera's odd D, interleaved's N not a multiple of D, ...)
     return out
 
 # %% ../nbs/01a_search.ipynb #1a0f9a6b

@@ -13,7 +13,8 @@ import dataclasses, math, numbers
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from fastcore.basics import patch
-from .schedules import Schedule, Action, make_schedule, SCHEDULES, ScheduleError, CHIMERA_CONCAT, gc_paused
+from .schedules import make_schedule, SCHEDULES, CHIMERA_CONCAT, schedule_label
+from .ir import Schedule, Action, ScheduleError, gc_paused
 from .program import Program, lower, Compute, Send, Recv, ReduceStart, ReduceWait, Msg, SYNC_POLICIES
 from .checks import check_number
 
@@ -459,56 +460,22 @@ def _flag_assumption(note:str, F, Bf) -> str:
         if note.startswith(k) and F is not None and Bf is not None and not ok(): return note + ': not met by these costs'
     return note
 
-# %% ../nbs/01_simulate.ipynb #s2010042
-def _chimera_form(D, N, f, concat, F):
-    "Chimera's form with 2f pipes and concatenation `concat` (Table 1 and §3.5 of the paper)."
-    if concat == 'direct':
-        b = (D - 2 * f) / (2 * f * N + D - 2 * f)
-        return dict(bubble=b, makespan=(2 * N + D / f - 2) * F if F is not None else None, weights=2 * f,
-                    act=(D - D / (2 * f) + 1, D), note="F = B'")
-    if concat in ('doubling', 'halving'):
-        idle = (1.5 if concat == 'doubling' else 0.75) * (D - 2)
-        return dict(bubble=idle / (3 * N + idle), makespan=(3 * N + idle) * F if F is not None else None, weights=2,
-                    act=(None, None), note="B' = 2F" + (', recompute not counted' if concat == 'doubling' else ''))
-    return dict(bubble=None, weights=2 * f, act=(None, D), note='no paper defines it')
-
-# %% ../nbs/01_simulate.ipynb #s2010044
-def _zb_h1_form(D, N, c):
-    "ZB-H1's makespan N(F+B+W) + (D-1)(F+B-W), for uniform stages only."
-    if not all(isinstance(x, float) for x in (c.forward, c.backward, c.weight)):
-        return dict(weights=1, act=(1, D), note='uniform stages only')
-    F, B, W = c.forward, c.backward, c.weight
-    span = N * (F + B + W) + (D - 1) * (F + B - W)
-    return dict(bubble=1 - N * (F + B + W) / span if span else 0.0, makespan=span, weights=1, act=(1, D),
-                note='W <= min(F, B)' + ('' if W <= min(F, B) else ': not met by these costs'))
-
-# %% ../nbs/01_simulate.ipynb #s2010062
-def _forms(D, N, c:Costs, F, Bf, chunks, f, concat) -> dict:
-    "name -> () -> the schedule's published form (F, Bf = B + W: uniform times, None for per-stage costs)."
-    one = lambda: dict(bubble=(D - 1) / (N + D - 1), makespan=(N + D - 1) * (F + Bf) if F is not None and Bf is not None else None)
-    return {'gpipe': lambda: dict(one(), weights=1, act=(N, N), note=''),
-            '1f1b': lambda: dict(one(), weights=1, act=(1, D), note=''),
-            'gems': lambda: dict(bubble=(D - 1) / (D + 0.5), weights=2, act=(1, 1), note='approximate'),
-            'interleaved-1f1b': lambda: dict(bubble=(D - 1) / (chunks * N + D - 1), weights=1, act=(None, None), note="F = B'"),
-            'zb-h1': lambda: _zb_h1_form(D, N, c),
-            'dualpipev': lambda: dict(bubble=None, weights=1, act=(None, None), note='no closed form here'),
-            'chimera': lambda: _chimera_form(D, N, f, concat, F)}
-
 # %% ../nbs/01_simulate.ipynb #fee1e3d4
 def closed_form(name:str, # schedule name
                 stages:int, # D
                 microbatches:int, # N (nominal: backward halving's half micro-batches count as halves)
                 costs:Costs|None=None, # F, B, W for the forms that depend on them (uniform stages)
-                chunks:int=2, pipes:int=2, concat:str='direct', **_) -> dict:
+                **options) -> dict:
     "The published bubble ratio, makespan, weight copies and activation range of schedule `name`, with the assumption they need."
     D, N, c = check_number('closed form: D', stages, int, lo=1), check_number('closed form: N', microbatches, int, lo=1), costs or Costs()
-    F = c.forward if isinstance(c.forward, float) else None
-    Bf = (c.backward + c.weight) if isinstance(c.backward, float) and isinstance(c.weight, float) else None
-    forms = _forms(D, N, c, F, Bf, chunks, pipes // 2, concat)
-    if name not in forms: raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(forms)}")
-    out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | forms[name]()
+    F, B, W = (x if isinstance(x, float) else None for x in (c.forward, c.backward, c.weight))   # None: per-stage costs
+    kind = SCHEDULES.get(name)
+    if kind is None or kind.closed_form is None:
+        raise ValueError(f"no closed form for {name!r}: choose one of {', '.join(k for k, v in SCHEDULES.items() if v.closed_form)}")
+    opts = {**kind.defaults, **{k: v for k, v in options.items() if k in kind.defaults}}   # other keys (a timeline's meta) ignored
+    out = dict(bubble=None, makespan=None, weights=None, act=(None, None), note='') | kind.closed_form(D, N, F, B, W, **opts)
     out['act_min'], out['act_max'] = out.pop('act')
-    out['note'] = _flag_assumption(out['note'], F, Bf)
+    out['note'] = _flag_assumption(out['note'], F, B + W if B is not None and W is not None else None)
     return out
 
 # %% ../nbs/01_simulate.ipynb #s2010046
@@ -524,8 +491,7 @@ def _timeline_of(it, costs:Costs|None) -> Timeline:
 def _closed_form_of(tl:Timeline, costs:Costs|None) -> dict:
     "The closed form of a timeline's schedule (its options from the timeline's meta), or empty where none applies."
     m = tl.meta
-    opts = {k: v for k, v in m.items() if k in ('chunks', 'pipes', 'concat')}
-    try: return closed_form(tl.name, m.get('D', tl.num_ranks), int(m.get('N', 0) * tl.microbatch_scale), costs, **opts)
+    try: return closed_form(tl.name, m.get('D', tl.num_ranks), int(m.get('N', 0) * tl.microbatch_scale), costs, **m)
     except (ValueError, TypeError): return dict(bubble=None, makespan=None, weights=None, act_min=None, act_max=None, note='')
 
 # %% ../nbs/01_simulate.ipynb #9d1b3439
@@ -538,10 +504,8 @@ def compare_table(items, # `Schedule`s, `Timeline`s or (name, D, N, options) tup
     for it in items:
         tl = _timeline_of(it, costs)
         m, N, cf = tl.meta, tl.meta.get('N', 0) * tl.microbatch_scale, _closed_form_of(tl, costs)
-        label = tl.name + ''.join(f" {k}={v}" for k, v in m.items() if (k == 'concat' and v != 'direct') or k == 'chunks'
-                                  or (k == 'pipes' and v > 2))
         peaks = tl.peak_activations or [0]
-        rows.append(dict(schedule=label, D=m.get('D', tl.num_ranks), N=N if N != int(N) else int(N), makespan=tl.makespan,
+        rows.append(dict(schedule=schedule_label(tl.name, m), D=m.get('D', tl.num_ranks), N=N if N != int(N) else int(N), makespan=tl.makespan,
                          makespan_closed_form=cf['makespan'], bubble=tl.bubble_ratio, bubble_closed_form=cf['bubble'],
                          assumes=cf['note'], peak_act_min=min(peaks), peak_act_max=max(peaks),
                          closed_form_act=(cf['act_min'], cf['act_max']), weight_copies=max(tl.weight_copies, default=0),

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
-from .schedules import make_schedule, Schedule, SCHEDULES, CHIMERA_CONCAT, _ALIASES
+from .schedules import make_schedule, SCHEDULES, schedule_kind, all_options
+from .ir import Schedule
 from .program import SYNC_POLICIES
 from .checks import SpecError, check_number, check_choice
 from .files import toml_string, toml_lines, read_toml, load_dict
@@ -69,12 +70,24 @@ class PipelineSpec:
         "The model's family, layers and positions (None for a hub model or no model), read once per spec."
         return None if self.model is None else model_info(self.model, self.source)
 
+# %% ../nbs/00b_spec.ipynb #57eeb4f2
+_OPTION_FIELDS = all_options()   # each generator option is a field of the spec
+if missing := set(_OPTION_FIELDS) - {f.name for f in fields(PipelineSpec)}:
+    raise TypeError(f"schedule options {sorted(missing)} have no PipelineSpec field: add one beside pipes, concat and chunks")
+
+def _check_options(s:PipelineSpec):
+    "Every option field holds a value its schedule option allows (whichever schedule the spec names)."
+    for name, o in _OPTION_FIELDS.items():
+        try: o.check(getattr(s, name), 'schedule')
+        except (TypeError, ValueError) as e: raise SpecError(str(e)) from e
+
 # %% ../nbs/00b_spec.ipynb #05fb9d62
-_INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536), pipes=(2, 64), chunks=(1, 64))
+_INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536))
 
 def _check_types(s:PipelineSpec):
     for k, (lo, hi) in _INTS.items(): check_number(k, getattr(s, k), int, lo, hi)
     check_number('seq_len', s.seq_len, int, 0, 2**20, none=True)
+    _check_options(s)
     if not isinstance(s.recompute, bool): raise SpecError(f"recompute must be true or false, got {s.recompute!r}")
     for k in ('model', 'hardware'):
         v = getattr(s, k)
@@ -82,23 +95,23 @@ def _check_types(s:PipelineSpec):
         if k == 'model' and v == '': object.__setattr__(s, k, v := None)   # NONE_AS: how TOML says "no model"
         if v is not None and (not isinstance(v, str) or not v.strip()): raise SpecError(f"{k} must be a non-empty name or path, got {v!r}")
     check_choice('dtype', s.dtype, DTYPES); check_choice('source', s.source, SOURCES)
-    check_choice('sync', s.sync, SYNCS); check_choice('concat', s.concat, CHIMERA_CONCAT)
+    check_choice('sync', s.sync, SYNCS)
     if not isinstance(s.schedule, str): raise SpecError(f"schedule must be a name, got {s.schedule!r}")
-    check_choice('schedule', _ALIASES.get(s.schedule.lower(), s.schedule.lower()), (*SCHEDULES, 'custom'))
+    if s.schedule.lower() != 'custom':
+        try: schedule_kind(s.schedule)
+        except ValueError as e: raise SpecError(f"{e} (or custom, with an order)") from e
     if (s.order is None) != (s.schedule.lower() != 'custom'):
         raise SpecError("order goes with schedule='custom' (and custom needs an order): give both, e.g. --schedule-file FILE, or neither")
     if s.order is not None and not isinstance(s.order, str): raise SpecError(f"order must be a schedule's text form, got {type(s.order).__name__}")
 
 # %% ../nbs/00b_spec.ipynb #313fb8fe
-_DEFAULT_OPTIONS = dict(pipes=2, concat='direct', chunks=2)
-_OPTIONS_OF = {'chimera': ('pipes', 'concat'), 'interleaved-1f1b': ('chunks',)}
-
 def _canonical(s:PipelineSpec):
     "Resolve aliases and sources; options the schedule does not take go back to their defaults."
-    name = _ALIASES.get(s.schedule.lower(), s.schedule.lower())
+    name = 'custom' if s.schedule.lower() == 'custom' else schedule_kind(s.schedule).name
     object.__setattr__(s, 'schedule', name)
-    for k, v in _DEFAULT_OPTIONS.items():
-        if k not in _OPTIONS_OF.get(name, ()): object.__setattr__(s, k, v)
+    takes = SCHEDULES[name].defaults if name in SCHEDULES else {}
+    for f in fields(s):
+        if f.name in _OPTION_FIELDS and f.name not in takes: object.__setattr__(s, f.name, f.default)
     if s.model is None: return
     src = s.source
     if src == 'auto':
@@ -127,13 +140,14 @@ def _check_model(s:PipelineSpec):
 # %% ../nbs/00b_spec.ipynb #24282228
 def _check_schedule(s:PipelineSpec):
     "The schedule builds (the generator's own rules: even D for Chimera, N a multiple of D, ...) and fits the model."
-    if s.concat == 'halving' and s.schedule == 'chimera' and s.B % 2:
-        raise SpecError(f"B={s.B}: backward halving runs half micro-batches, so B must be even")
     if s.info is not None and s.D > s.info.layers: _too_deep(s, s.D)   # every schedule runs >= D stages: say so before building one
     try: sch = s.make()
     except (ValueError, TypeError) as e:   # one line, the validator's reasons joined
         raise SpecError(f"{s.schedule} with D={s.D}, N={s.N}: " + '; '.join(l.strip() for l in str(e).splitlines() if l.strip())) from e
     if s.info is not None and sch.num_stages > s.info.layers: _too_deep(s, sch.num_stages)
+    if (s.B * sch.microbatch_scale) % 1:   # backward halving: micro-batches of B / 2
+        k = round(1 / sch.microbatch_scale)
+        raise SpecError(f"B={s.B}: {s.label} runs micro-batches of {sch.microbatch_scale:g}·B, so B must be {'even' if k == 2 else f'a multiple of {k}'}")
 
 def _too_deep(s:PipelineSpec, stages:int):
     raise SpecError(f"D={s.D}: {s.schedule} runs {stages} stages, but {s.model} has {s.info.layers} layers "
@@ -145,7 +159,7 @@ from fastcore.basics import patch
 @functools.lru_cache(maxsize=256)
 def _parse_order(text:str) -> Schedule:
     "A custom order, parsed and validated once (the one validator: every dependency, every micro-batch, no deadlock)."
-    from chimera_nb.schedules import validate
+    from chimera_nb.ir import validate
     return validate(Schedule.from_text(text))
 
 # %% ../nbs/00b_spec.ipynb #c752df72
@@ -174,7 +188,7 @@ def make(self:PipelineSpec) -> Schedule:
 @patch(as_prop=True)
 def options(self:PipelineSpec) -> dict:
     "The schedule generator's options."
-    return {k: getattr(self, k) for k in _OPTIONS_OF.get(self.schedule, ())}
+    return {o.name: getattr(self, o.name) for o in SCHEDULES[self.schedule].options} if self.schedule in SCHEDULES else {}
 
 @patch(as_prop=True)
 def world_size(self:PipelineSpec) -> int: return self.W * self.D
@@ -202,9 +216,8 @@ def split_backward(self:PipelineSpec) -> bool:
 @patch(as_prop=True)
 def label(self:PipelineSpec) -> str:
     "The schedule with its options, e.g. 'chimera halving' or 'interleaved-1f1b chunks=4'."
-    o = self.options
-    extra = (f" pipes={o['pipes']}" if o.get('pipes', 2) != 2 else '') + (f" {o['concat']}" if o.get('concat', 'direct') != 'direct' else '')
-    return self.schedule + extra + (f" chunks={o['chunks']}" if 'chunks' in o else '') + (' +recompute' if self.recompute else '')
+    name = SCHEDULES[self.schedule].label(self.options) if self.schedule in SCHEDULES else self.schedule
+    return name + (' +recompute' if self.recompute else '')
 
 # %% ../nbs/00b_spec.ipynb #c0d7a54d
 @patch

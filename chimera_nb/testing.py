@@ -13,7 +13,8 @@ import dataclasses, math
 from typing import Callable, Sequence
 import torch
 from torch import nn
-from .schedules import Schedule, make_schedule
+from .schedules import make_schedule
+from .ir import Schedule
 from .simulate import Costs
 from .runtime import PipelineRuntime, clip_grad_norm_
 from .payload import call_stage, split_microbatches, to_device as _to

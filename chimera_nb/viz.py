@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-from .schedules import Schedule, make_schedule, dependencies, pipe_tag
+from .schedules import make_schedule, schedule_label
+from .ir import Schedule, dependencies, pipe_tag
+from .torch_order import to_torch_csv
 from .program import message
 from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table, sig3
 
@@ -272,12 +274,11 @@ def _n_text(tl:Timeline) -> str:
     return f"N={round(n * tl.microbatch_scale)} (runs {n} micro-batches of {tl.microbatch_scale:g}·B)"
 
 def _describe(tl:Timeline, costs:Costs|None=None) -> str:
-    "`chimera D=4 N=8 concat=doubling` (+ the cost model when known, + the source when not simulated)."
+    "`chimera doubling D=4 N=8` (+ the cost model when known, + the source when not simulated)."
     m = tl.meta
-    opts = ''.join(f" {k}={v}" for k, v in m.items() if (k == 'concat' and v != 'direct') or k == 'chunks' or (k == 'pipes' and v > 2))
     src = '' if tl.source == 'simulated' else f" [{tl.source}]"
     cost = f" · {cost_label(costs, tl.split_backward)}" if costs is not None else ''
-    return f"{tl.name or 'timeline'} D={m.get('D', tl.num_ranks)} {_n_text(tl)}{opts}{cost}{src}"
+    return f"{schedule_label(tl.name, m) if tl.name else 'timeline'} D={m.get('D', tl.num_ranks)} {_n_text(tl)}{cost}{src}"
 
 def _headline(tl:Timeline) -> str:
     return f"makespan {sig3(tl.makespan)} {_time_unit(tl)}, bubble ratio {pct(tl.bubble_ratio)}"
@@ -651,7 +652,7 @@ def export_schedule(schedule:Schedule, what:str, # one of EXPORTS: 'text', 'csv'
     if not isinstance(schedule, Schedule): raise TypeError(f"export_schedule expects a Schedule, got {type(schedule).__name__}")
     if what not in EXPORTS: raise ValueError(f"unknown export {what!r}: choose one of {', '.join(EXPORTS)}")
     if what == 'trace': out = json.dumps(to_chrome_trace(simulate(schedule, costs)), allow_nan=False)
-    else: out = {'text': schedule.to_text, 'csv': schedule.to_csv, 'torch-csv': schedule.to_torch_csv}[what]()
+    else: out = {'text': schedule.to_text, 'csv': schedule.to_csv, 'torch-csv': lambda: to_torch_csv(schedule)}[what]()
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(out)
     return out

@@ -291,7 +291,8 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             page.locator('.chimera-explorer button', has_text='CSV').first.click()
             page.wait_for_selector('.chimera-explorer :text("saved")', timeout=90_000)
             saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
-            from chimera_nb.schedules import Schedule, make_schedule
+            from chimera_nb.schedules import make_schedule
+            from chimera_nb.ir import Schedule
             _wait(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
             assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
 

@@ -17,14 +17,16 @@ def run(*args, ok=True):
 
 
 def test_export_forms(tmp_path):
-    from chimera_nb.schedules import Schedule, make_schedule
+    from chimera_nb.schedules import make_schedule
+    from chimera_nb.ir import Schedule
+    from chimera_nb.torch_order import to_torch_csv
     s = make_schedule('chimera', 4, 8, concat='doubling')
     r = run('export', 'chimera', '-D', 4, '-N', 8, '-o', 'concat=doubling')
     assert r.stdout == s.to_text()
     run('export', 'chimera', '-D', 4, '-N', 8, '-o', 'concat=doubling', '-f', 'csv', '--out', tmp_path / 's.csv')
     assert Schedule.from_csv((tmp_path / 's.csv').read_text()).orders == s.orders
     r = run('export', '1f1b', '-D', 2, '-N', 3, '-f', 'torch-csv')
-    assert r.stdout == make_schedule('1f1b', 2, 3).to_torch_csv()
+    assert r.stdout == to_torch_csv(make_schedule('1f1b', 2, 3))
     run('export', 'gpipe', '-D', 2, '-N', 2, '-f', 'trace', '--costs', '1,2,0', '--out', tmp_path / 't.json')
     X = [e for e in json.loads((tmp_path / 't.json').read_text())['traceEvents'] if e['ph'] == 'X']
     assert sorted(e['dur'] for e in X) == [1e6] * 4 + [2e6] * 4      # F = 1 s, B = 2 s in microseconds

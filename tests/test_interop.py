@@ -3,7 +3,9 @@ our schedules run on torch's `_PipelineScheduleRuntime`, and torch's schedules r
 import pytest
 import torch
 from torch import nn
-from chimera_nb.schedules import make_schedule, Schedule
+from chimera_nb.schedules import make_schedule
+from chimera_nb.ir import Schedule
+from chimera_nb.torch_order import to_torch, from_torch
 from chimera_nb.launch import launch_local
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.testing import mlp_stages, reference_step
@@ -33,7 +35,7 @@ def _ours_on_torch(rank, world, name, opts):
     mine = s.stages_of(rank)
     stages = [PipelineStage(mods[st], st, s.num_stages, torch.device('cpu')) for st in mine]
     rt = _PipelineScheduleRuntime(stages, N, loss_fn=nn.functional.mse_loss)
-    rt._prepare_schedule_with_comms(s.to_torch())
+    rt._prepare_schedule_with_comms(to_torch(s))
     xs, ys = _batch()
     losses = []
     kw = {}
@@ -46,7 +48,7 @@ def _ours_on_torch(rank, world, name, opts):
 
 
 def _torch_on_ours(rank, world, cls_name, stages_per_rank):
-    "torch's schedule's own order, read with Schedule.from_torch, on our runtime."
+    "torch's schedule's own order, read with torch_order.from_torch, on our runtime."
     import torch.distributed.pipelining.schedules as tps
     from torch.distributed.pipelining import PipelineStage
     S = world * stages_per_rank
@@ -56,7 +58,7 @@ def _torch_on_ours(rank, world, cls_name, stages_per_rank):
     else: mine = [rank + k * world for k in range(stages_per_rank)]                            # looped placement
     torch_stages = [PipelineStage(probe[st], st, S, torch.device('cpu')) for st in mine]
     order = cls(torch_stages, N, loss_fn=nn.functional.mse_loss).pipeline_order
-    s = Schedule.from_torch(order, name=cls_name)
+    s = from_torch(order, name=cls_name)
     mods = mlp_stages(S, WIDTH, dtype=DT, seed=1)
     rt = PipelineRuntime(s, mods, nn.functional.mse_loss)
     xs, ys = _batch()

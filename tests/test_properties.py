@@ -3,8 +3,8 @@ Chimera is the paper's order; the simulator meets every closed form; readers sur
 import dataclasses, math, random, string
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
 import pytest
-from chimera_nb.schedules import (make_schedule, validate, Schedule, SCHEDULES, ScheduleError, Action, list_schedule,
-                                  chimera_placement, parse_action, replay)
+from chimera_nb.schedules import make_schedule, SCHEDULES, chimera_placement
+from chimera_nb.ir import validate, Schedule, ScheduleError, Action, list_schedule, parse_action, replay
 from chimera_nb.simulate import simulate, Costs, closed_form, lower_bound, order_peak_memory
 from chimera_nb.program import lower, check_program
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 from torch import nn
-from chimera_nb.schedules import make_schedule, Action
+from chimera_nb.schedules import make_schedule
+from chimera_nb.ir import Action
 from chimera_nb.simulate import Costs, simulate
 from chimera_nb.runtime import PipelineRuntime, PipelineFailure
 from chimera_nb.launch import launch_local, init_from_env
@@ -258,7 +259,7 @@ def test_measured_timeline_follows_the_schedule(name, N, opts):
         assert [e.action for e in evs] == s.actions(r)  # every action, in the schedule's order
         assert all(e.start <= e.end <= n.start + 1e-6 for e, n in zip(evs, evs[1:] + [evs[-1]._replace(start=1e9)]))
     # dependencies hold in measured time (one node: aligned clocks)
-    from chimera_nb.schedules import dependencies
+    from chimera_nb.ir import dependencies
     end = {e.action: e.end for e in tl.events if e.kind in 'FBW'}
     for e in tl.events:
         if e.kind in 'FBW':
