@@ -118,7 +118,7 @@ CLI_COSTS = {'paper': 'B = 2F (paper; split: B = W = F)', 'f=b': 'F = B (split: 
 def parse_costs(text:str, # 'paper', 'f=b', or 'F,B,W' (three non-negative numbers)
                 p2p:float=0.0, allreduce:float=0.0):
     "The `Costs` of a `--costs` argument."
-    from chimera_nb.viz import COST_PRESETS
+    from chimera_nb.explore import COST_PRESETS
     key = text.strip().lower().replace(' ', '')
     if key in CLI_COSTS: return Costs(*COST_PRESETS[CLI_COSTS[key]], p2p=p2p, allreduce=allreduce)
     parts = key.split(',')

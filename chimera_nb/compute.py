@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/compute.html.md"""
 
 # %% auto #0
 __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context', 'ComputeBackend', 'ModuleCompute',
-           'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute', 'make_compute',
-           'HostClock', 'make_clock', 'CudaClock']
+           'saved_bytes', 'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute',
+           'make_compute', 'HostClock', 'make_clock', 'CudaClock']
 
 # %% ../nbs/06f_compute.ipynb #bb62568e
 import contextlib, math, threading, time
@@ -217,13 +217,23 @@ def _count(self:ModuleCompute, a:Action, nbytes:int):
 @patch
 def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 
+# %% ../nbs/06f_compute.ipynb #6171062f
+def saved_bytes(fn, params) -> tuple:
+    "(result of fn(), bytes of the distinct storages autograd saved while it ran, parameters excluded)."
+    seen, skip = {}, {p.untyped_storage().data_ptr() for p in params}
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in skip: seen[s.data_ptr()] = s.nbytes()
+        return t.detach()   # not `t`: a saved output would hold itself through its graph, a cycle in C++ that gc never frees
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): out = fn()
+    return out, sum(seen.values())
+
 # %% ../nbs/06f_compute.ipynb #66f7a6ee
 @patch
 def _saving(self:ModuleCompute, a:Action, fn):
     "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
     if not self.ctx.probe_memory: return fn()
-    from chimera_nb.partition import _saved_bytes
-    out, n = _saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
+    out, n = saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
     self._count(a, n)
     return out
 

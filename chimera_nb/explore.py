@@ -19,7 +19,7 @@ from .simulate import Costs, Timeline, simulate, closed_form
 from .spec import PipelineSpec
 from .checks import SpecError
 from .viz import (plot_timeline, plot_memory, compare, save_html, save_image, export_schedule, find_chromium,
-                            resolve_theme, EXPORTS, GLOSSARY, sig3, pct, _PAGE)
+                            resolve_theme, EXPORTS, GLOSSARY, sig3, pct, remember_theme)
 
 # %% ../nbs/02a_explore.ipynb #3e20894e
 COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B input-grad, W weight-grad)
@@ -288,7 +288,7 @@ def _preset_changed(self:Explorer, change):
 # %% ../nbs/02a_explore.ipynb #ade0d837
 @patch
 def _theme_seen(self:Explorer, change):
-    if change['new']: _PAGE['theme'] = change['new']
+    if change['new']: remember_theme(change['new'])
     if self.theme.value == 'auto' and change['new'] and self.fig is not None \
        and self.fig.layout.meta and self.fig.layout.meta.get('theme') != change['new']: self.redraw()
 

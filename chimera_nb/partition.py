@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 import torch
 from torch import nn
-from .runtime import call_stage, flatten, layer_seed, seeded
-from .compute import input_grads, weight_grads
+from .payload import call_stage, flatten, unflatten
+from .compute import input_grads, weight_grads, layer_seed, seeded, saved_bytes
 from .ir import Schedule
 from .simulate import order_peak_memory
 from .checks import check_number
@@ -113,16 +113,6 @@ def _nbytes(x) -> int:
     "Bytes of a payload's tensors."
     return sum(t.numel() * t.element_size() for t in flatten(x)[0])
 
-def _saved_bytes(fn, params) -> tuple:
-    "(result of fn(), bytes of the distinct storages autograd saved while it ran, parameters excluded)."
-    seen, skip = {}, {p.untyped_storage().data_ptr() for p in params}
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip: seen[s.data_ptr()] = s.nbytes()
-        return t.detach()   # not `t`: a saved output would hold itself through its graph, a cycle in C++ that gc never frees
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): out = fn()
-    return out, sum(seen.values())
-
 # %% ../nbs/03_partition.ipynb #55c90c3e
 def _rss(key:str) -> int:
     "A line of /proc/self/status in bytes (Linux), else 0."
@@ -147,7 +137,6 @@ def _peak_growth(fn, device) -> int:
 def _detached(x):
     "The payload as fresh leaves: floating tensors take gradients (as a stage's received input does)."
     leaves, spec = flatten(x)
-    from chimera_nb.runtime import unflatten
     return unflatten([l.detach().requires_grad_(l.is_floating_point()) for l in leaves], spec)
 
 def _with_loss(layer, x, loss_fn, target, amp:bool=False) -> tuple:
@@ -201,7 +190,7 @@ def _timed_runs(layer, xin, loss_fn, target, repeats:int, params, amp:bool=False
     if fw.cuda: _backward(*run())
     for _ in range(repeats): fw.mark(); runs.append(run()); fw.mark()
     for y, loss in runs: bw.mark(); _backward(y, loss); bw.mark()
-    saved = _saved_bytes(run, params)[1]
+    saved = saved_bytes(run, params)[1]
     layer.zero_grad(set_to_none=True)
     f, b = sorted(fw.spans()), sorted(bw.spans())
     return f[len(f) // 2], b[len(b) // 2], runs[-1][0], saved

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/runtime.html.md"""
 __all__ = ['StepState', 'sync_for_device', 'PipelineRuntime', 'clip_grad_norm_', 'EvalResult']
 
 # %% ../nbs/06_runtime.ipynb #9ae8a200
-import functools, math, numbers, os, socket, threading, time, zlib
+import functools, math, os, socket, threading, time, zlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import NamedTuple, Callable, Sequence
@@ -19,9 +19,9 @@ from fastcore.basics import patch
 from .ir import Schedule, Action, validate
 from .program import Program, lower, Msg, Recv, Compute, Send, ReduceStart, ReduceWait, OptimizerStep, ReduceLoss, SYNC_POLICIES
 from .simulate import Event, Timeline, Costs
-from .payload import flatten, unflatten, call_stage, split_microbatches, _microbatches, pack_message, empty_message, Shapes, HEADER_BYTES
-from .comm import Comm, ChannelComm, current_comm, run_threads, read_failures, report_failure
-from .compute import ComputeBackend, Context, make_compute, make_clock, microbatch_seed, seeded, layer_streams, layer_seed
+from .payload import microbatches_of, pack_message, empty_message, Shapes, HEADER_BYTES
+from .comm import ChannelComm, current_comm
+from .compute import ComputeBackend, Context, make_compute, make_clock
 from .failures import PipelineFailure, CommError, NonFiniteLossError, describe, failure_message
 from .checks import check_number
 
@@ -332,8 +332,8 @@ def _check_alive(self:PipelineRuntime):
 def _start(self:PipelineRuntime, program:Program, compute:ComputeBackend, inputs, targets, optimizer=None, max_norm=None) -> StepState:
     "Check and split the inputs, start the compute backend and the step's state."
     s, data = self.schedule, compute.needs_data
-    inputs = _microbatches(inputs, s, 'inputs', data and 0 in self.stages, self.rank)
-    targets = _microbatches(targets, s, 'targets', data and s.num_stages - 1 in self.stages, self.rank)
+    inputs = microbatches_of(inputs, s, 'inputs', data and 0 in self.stages, self.rank)
+    targets = microbatches_of(targets, s, 'targets', data and s.num_stages - 1 in self.stages, self.rank)
     self.ctx.step = self.step_count
     compute.begin(inputs, targets)
     self.clock.begin(self.device)

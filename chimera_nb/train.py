@@ -23,7 +23,8 @@ from .models import build, to_stages
 from .spec import PipelineSpec, TrainConfig, EXIT_REQUEUE
 from .catalog import PRESETS, TASKS
 from .checks import SpecError
-from .runtime import PipelineRuntime, PipelineFailure, NonFiniteLossError, clip_grad_norm_
+from .runtime import PipelineRuntime, clip_grad_norm_
+from .failures import PipelineFailure, NonFiniteLossError
 from .payload import to_device
 
 # %% ../nbs/07_train.ipynb #14352528

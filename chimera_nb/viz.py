@@ -7,9 +7,9 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 # %% auto #0
 __all__ = ['PIPE_HUES', 'KIND_LIGHTNESS', 'KIND_NAMES', 'GLOSSARY', 'THEMES', 'LABEL_LIMIT', 'BAR_WIDTH', 'COMM_COLORS',
            'COMM_NAMES', 'RASTER_LIMIT', 'RASTER_COLUMNS', 'DASHES', 'MEMORY_POINTS', 'BROWSERS', 'EXPORTS',
-           'pipe_name', 'bar_color', 'gloss', 'action_name', 'pct', 'cost_label', 'as_timeline', 'resolve_theme',
-           'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline', 'plot_memory',
-           'unit_table', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
+           'pipe_name', 'bar_color', 'gloss', 'action_name', 'pct', 'cost_label', 'as_timeline', 'remember_theme',
+           'resolve_theme', 'action_traces', 'bubble_trace', 'comm_traces', 'raster_traces', 'plot_timeline',
+           'plot_memory', 'unit_table', 'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image',
            'p2p_dependencies', 'to_chrome_trace', 'plot_breakdown', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
@@ -98,6 +98,11 @@ def _time_unit(tl:Timeline) -> str:
 # %% ../nbs/02_viz.ipynb #2a946085
 THEMES = {'light': 'plotly_white', 'dark': 'plotly_dark'}
 _PAGE = {'theme': None}   # the JupyterLab theme a displayed explorer last reported
+
+def remember_theme(theme:str|None):
+    "The JupyterLab theme a displayed explorer reported: what 'auto' means from now on (None: not known)."
+    if theme is not None and theme not in THEMES: raise ValueError(f"theme must be 'light' or 'dark', got {theme!r}")
+    _PAGE['theme'] = theme
 
 def resolve_theme(theme:str='auto') -> str:
     "'light' or 'dark' for `theme` ('auto', 'light' or 'dark')."
@@ -656,13 +661,3 @@ def export_schedule(schedule:Schedule, what:str, # one of EXPORTS: 'text', 'csv'
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True); Path(path).write_text(out)
     return out
-
-# %% ../nbs/02_viz.ipynb #5e1a0c07
-_MOVED = ('COST_PRESETS', 'EXPLORER_LIMITS', 'VARIANTS', 'bubble_note', 'variant_hint', 'PageProbe', 'Explorer', 'explorer')
-
-def __getattr__(name:str):
-    "The explorer's names, which live in `chimera_nb.explore`, import from `chimera_nb.viz` too."
-    if name in _MOVED:
-        from chimera_nb import explore
-        return getattr(explore, name)
-    raise AttributeError(f"module 'chimera_nb.viz' has no attribute {name!r}")

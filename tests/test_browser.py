@@ -1,7 +1,7 @@
 """Browser test of the viz explorer: a real JupyterLab server, a real notebook, headless Chromium via Playwright.
 
 Starts `jupyter lab` on a free localhost port with a token, in a temp root holding a notebook that displays
-`chimera_nb.viz.explorer()`; opens it in Debian's /usr/bin/chromium (no Playwright browser download: it fails
+`chimera_nb.explore.explorer()`; opens it in Debian's /usr/bin/chromium (no Playwright browser download: it fails
 offline) in a 1280x800 window, runs all cells, waits for the plotly bars, then checks in the page: the legend's
 items all visible; schedules switched in sequence leave exactly their own closed-form lines (shapes) in the
 memory plot's DOM; N = 0 and odd D give messages; a save button writes its file; JupyterLab's dark theme turns
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
 NOTEBOOK = {
     "cells": [
         {"cell_type": "code", "execution_count": None, "id": "imports", "metadata": {}, "outputs": [],
-         "source": "from chimera_nb.viz import explorer, plot_timeline"},
+         "source": "from chimera_nb.explore import explorer\nfrom chimera_nb.viz import plot_timeline"},
         {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
          "source": "ex = explorer('chimera', 4, 8)\nex"},
     ],
@@ -44,7 +44,7 @@ PLAYGROUND = {**NOTEBOOK, "cells": [
 
 RELOAD = {**NOTEBOOK, "cells": [
     {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
-     "source": "from chimera_nb.viz import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
+     "source": "from chimera_nb.explore import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
 
 
 def _free_port() -> int:

@@ -12,7 +12,8 @@ from torch import nn
 from chimera_nb.schedules import make_schedule
 from chimera_nb.ir import Action
 from chimera_nb.simulate import Costs, simulate
-from chimera_nb.runtime import PipelineRuntime, PipelineFailure
+from chimera_nb.runtime import PipelineRuntime
+from chimera_nb.failures import PipelineFailure
 from chimera_nb.launch import launch_local, init_from_env
 from chimera_nb.testing import check_against_reference, mlp_stages, emulate_schedule
 
@@ -279,7 +280,8 @@ def test_per_pair_channels_as_on_nccl():
 
 
 # ---------------------------------------------------------------- payloads of several tensors, optimizers, clipping
-from chimera_nb.runtime import run_threads, NonFiniteLossError
+from chimera_nb.comm import run_threads
+from chimera_nb.failures import NonFiniteLossError
 from chimera_nb.program import Send, Recv, Compute, ReduceStart, ReduceWait, OptimizerStep, Msg
 
 CONFIGS_MASKED = [('1f1b', 4, {}), ('chimera', 4, {}), ('chimera', 8, dict(concat='halving')), ('zb-h1', 4, {}),

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from chimera_nb.train import TrainConfig, train, latest_checkpoint, EXIT_REQUEUE
-from chimera_nb.runtime import PipelineFailure
+from chimera_nb.failures import PipelineFailure
 
 
 def TC(**kw) -> TrainConfig:
