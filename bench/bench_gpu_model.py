@@ -18,10 +18,12 @@ Run (on a GPU node):  python bench/bench_gpu_model.py            (about 1-2 min 
 import dataclasses, os, socket, statistics, sys, time
 import torch
 from chimera_nb.launch import init_from_env
-from chimera_nb.measure import profile_layers_as
+from chimera_nb.profile import profile_layers_as
 from chimera_nb.models import build
-from chimera_nb.partition import Stage, profile_layers
-from chimera_nb.perf_model import estimate_profile, predict
+from chimera_nb.partition import Stage
+from chimera_nb.profile import profile_layers
+from chimera_nb.perf_model import predict
+from chimera_nb.profile import estimate_profile
 from chimera_nb.hardware import Hardware, fit_efficiency
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule

@@ -31,9 +31,12 @@ from chimera_nb.autotune import autotune
 from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build
-from chimera_nb.partition import LayerProfile, Stage
-from chimera_nb.perf_model import Profile, predict, calibrate
-from chimera_nb.measure import measure_comm, measure_overhead, measure_action_overhead, profile_layers_as, fit_sizes
+from chimera_nb.partition import Stage
+from chimera_nb.profile import LayerProfile
+from chimera_nb.perf_model import predict, calibrate
+from chimera_nb.profile import Profile
+from chimera_nb.measure import measure_comm, measure_overhead, measure_action_overhead
+from chimera_nb.profile import profile_layers_as, fit_sizes
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
 

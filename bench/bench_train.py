@@ -14,7 +14,7 @@ import torch.distributed as dist
 from chimera_nb import data as D
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build, to_stages
-from chimera_nb.partition import profile_layers
+from chimera_nb.profile import profile_layers
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule
 from chimera_nb.simulate import Costs, simulate

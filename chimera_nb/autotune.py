@@ -19,9 +19,10 @@ from .program import SYNC_POLICIES
 from .spec import PipelineSpec, DTYPES
 from .catalog import PRESETS
 from .checks import SpecError, check_number
-from .perf_model import Profile, Prediction, estimate_profile, predict, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .perf_model import Prediction, predict, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .profile import Profile, estimate_profile
 from .hardware import Hardware, HARDWARE
-from .partition import split_times
+from .profile import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
 from fastcore.basics import patch

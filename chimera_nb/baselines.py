@@ -10,8 +10,9 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 # %% ../nbs/08a_baselines.ipynb #a52c0003
 import dataclasses, statistics
 from typing import NamedTuple
-from .partition import OPTIMIZER_STATES
-from .perf_model import Profile, Prediction, Breakdown, group_allreduce_time, estimate_profile, predict, _stage_times, _tie_time, _crossing
+from .memory import OPTIMIZER_STATES
+from .perf_model import Prediction, Breakdown, group_allreduce_time, predict, _stage_times, _tie_time, _crossing
+from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .schedules import make_schedule
 

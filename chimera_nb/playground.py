@@ -13,10 +13,11 @@ import ipywidgets as W, traitlets
 import plotly.graph_objects as go
 from .autotune import autotune, Tuning
 from .spec import PipelineSpec, TrainConfig
-from .perf_model import Profile, estimate_profile, predict, resolve_sync
+from .perf_model import predict, resolve_sync
+from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .viz import plot_breakdown
-from .partition import memory_estimate, MEMORY_PARTS
+from .memory import memory_estimate, MEMORY_PARTS
 from .models import PRESETS
 from .explore import Explorer, show_with_hint, alive_style, responsive
 from .viz import GLOSSARY, sig3, pct

@@ -493,7 +493,7 @@ def _profile(cfg, pm, td, rt):
     stage) profiles them at once, so the cores are as loaded as in the run, D processes sharing them; on a GPU rank 0
     alone (each rank has its own device). Times averaged over the ranks that profiled; None where it failed."""
     import statistics
-    from chimera_nb.partition import profile_layers
+    from chimera_nb.profile import profile_layers
     x, y = (to_device(t, rt.device) for t in split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed)))
     lay = None
     if rt.device.type == 'cpu' or rt.rank == 0:
@@ -538,7 +538,8 @@ class StepClock:
 def _predicted(cfg:TrainConfig, schedule, sync:str, profile:list, clock:StepClock) -> dict:
     "The step predicted from the stage profile, against the measured median; re-fitted from the second step when over 10% off."
     import statistics
-    from chimera_nb.perf_model import Profile, calibrate, predict
+    from chimera_nb.perf_model import calibrate, predict
+    from chimera_nb.profile import Profile
     prof = Profile(cfg.spec.model or 'run', cfg.spec.B, 0, 'float32', list(profile))
     step = lambda p: predict(p, schedule, cfg.spec.W, sync, 'simulate', memory=False).iteration_s
     pred, measured = step(prof), statistics.median(clock.spans[1:] or clock.spans)
@@ -558,7 +559,7 @@ def _summary(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|No
                **provenance(rt.device))
     if log.path is not None and rt.timeline is not None:
         from chimera_nb.simulate import simulate, Costs
-        from chimera_nb.partition import split_times
+        from chimera_nb.profile import split_times
         from chimera_nb.viz import overlay, save_html
         tl = rt.timeline
         if profile is not None:

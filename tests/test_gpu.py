@@ -132,7 +132,7 @@ def test_nccl_pipelines_exact(tmp_path):
 def test_profiled_cuda_times_are_the_kernels_not_their_launches():
     "profile_layers waits for the GPU: a layer's profiled forward is the same forward timed by CUDA events, not its launch."
     from torch import nn
-    from chimera_nb.partition import profile_layers
+    from chimera_nb.profile import profile_layers
     dev = torch.device('cuda')
     layer = nn.Sequential(*[nn.Linear(4096, 4096) for _ in range(4)]).to(dev)
     x = torch.randn(2048, 4096, device=dev)
@@ -149,7 +149,7 @@ def test_profiled_cuda_times_are_the_kernels_not_their_launches():
 def test_profile_under_autocast_is_what_a_bf16_run_computes_and_keeps():
     "profile_layers(autocast=True) times and stashes what the runtime's bf16 actions do: a Linear keeps its input in bf16, and runs faster."
     from torch import nn
-    from chimera_nb.partition import profile_layers
+    from chimera_nb.profile import profile_layers
     dev = torch.device('cuda')
     lin, x = nn.Linear(256, 256).to(dev), torch.randn(8, 256, device=dev)
     fp32, amp = (profile_layers([lin], x, repeats=3, progress=False, autocast=a)[0] for a in (False, True))
@@ -166,7 +166,7 @@ def test_profiled_launch_bound_layer_takes_its_launch_time():
     "A layer of many tiny kernels is bound by its launches: profiled, it takes what it takes per call repeated back to back (as in a run), not that plus a wait for the device."
     import time
     from torch import nn
-    from chimera_nb.partition import profile_layers
+    from chimera_nb.profile import profile_layers
 
     class Tiny(nn.Module):
         def __init__(self): super().__init__(); self.w = nn.Parameter(torch.ones(16))
@@ -186,7 +186,7 @@ def test_profiled_launch_bound_layer_takes_its_launch_time():
 def test_profiling_leaves_no_gpu_memory_behind():
     "The profiler once kept every layer's activations allocated after it returned (its counting hook made a cycle through the graph: 4.9 GB at B = 64 on an H100, 2026-11-26)."
     from torch import nn
-    from chimera_nb.partition import profile_layers
+    from chimera_nb.profile import profile_layers
     dev = torch.device('cuda')
     layers = [nn.Sequential(nn.Linear(1024, 1024), nn.Tanh()).to(dev) for _ in range(4)]   # tanh saves its own output
     x = torch.randn(4096, 1024, device=dev)

@@ -7,7 +7,9 @@ import torch
 from torch import nn
 from chimera_nb.launch import launch_local
 from chimera_nb.models import build, to_stages, PRESETS, parameter_count
-from chimera_nb.partition import Stage, profile_layers, memory_estimate
+from chimera_nb.partition import Stage
+from chimera_nb.memory import memory_estimate
+from chimera_nb.profile import profile_layers
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule
 from chimera_nb.testing import reference_step

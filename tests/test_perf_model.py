@@ -7,8 +7,9 @@ from hypothesis import given, settings, strategies as st
 from chimera_nb.autotune import autotune
 from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
-from chimera_nb.partition import LayerProfile
-from chimera_nb.perf_model import Profile, calibrate, estimate_profile, predict
+from chimera_nb.profile import LayerProfile
+from chimera_nb.perf_model import calibrate, predict
+from chimera_nb.profile import Profile, estimate_profile
 from chimera_nb.hardware import HARDWARE
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
