@@ -18,7 +18,8 @@ from chimera_nb.profile import profile_layers
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.schedules import make_schedule
 from chimera_nb.simulate import Costs, simulate
-from chimera_nb.train import TrainConfig, prepare_data, split_batch
+from chimera_nb.spec import TrainConfig
+from chimera_nb.tasks import prepare_data, split_batch
 from chimera_nb.spec import PipelineSpec
 
 N, MBS, SEQ = 8, 8, 32   # micro-batches, micro-batch size, tokens: a global batch of 64 sequences, 2048 tokens

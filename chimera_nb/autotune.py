@@ -19,7 +19,8 @@ from .program import SYNC_POLICIES
 from .spec import PipelineSpec, DTYPES
 from .catalog import PRESETS
 from .checks import SpecError, check_number
-from .perf_model import Prediction, predict, resolve_sync, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .perf_model import Prediction, predict, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
+from .program import resolve_sync
 from .profile import Profile, estimate_profile
 from .hardware import Hardware, HARDWARE
 from .profile import split_times
@@ -179,7 +180,7 @@ def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Predict
     "predict(), cached per (profile, spec): searching again with another limit costs nothing."
     if (p := _known(prof, c, method, optimizer)) is not None: return p
     if len(_PRED) > 50000: _PRED.clear()
-    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof), method, optimizer, cross_check=False)   # `_checked` adds it to the first rows
+    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof.comm_overlaps), method, optimizer, cross_check=False)   # `_checked` adds it to the first rows
     _PRED[(id(prof), c, method, optimizer)] = (prof, p)
     return p
 
@@ -289,14 +290,14 @@ def _checked(ok:list, n:int, prof_at) -> list:
     "The rows, the `n` best with Eq. (1)'s cross-check in `warning` (a search predicts without it: the rows users read get it)."
     for r in sorted((r for r in ok if r['spec'] is not None and r['method'] == 'simulate'), key=lambda r: -r['throughput'])[:n]:
         c, prof = r['spec'], prof_at(r['spec'].B)
-        r['warning'] = cross_check(prof, c.make(), c.W, resolve_sync(c.sync, prof), r['iteration_s'])[1]
+        r['warning'] = cross_check(prof, c.make(), c.W, resolve_sync(c.sync, prof.comm_overlaps), r['iteration_s'])[1]
     return ok
 
 # %% ../nbs/09_autotune.ipynb #s2090032
 def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
     "The rows best first, the first `n` re-predicted by the simulator."
     ok.sort(key=lambda r: -r['throughput'])
-    ok[:n] = [_row(c, predict(prof_at(c.B), c.make(), c.W, resolve_sync(c.sync, prof_at(c.B)), 'simulate', optimizer))
+    ok[:n] = [_row(c, predict(prof_at(c.B), c.make(), c.W, resolve_sync(c.sync, prof_at(c.B).comm_overlaps), 'simulate', optimizer))
               for c in (r['spec'] for r in ok[:n])]
     return ok
 
@@ -312,7 +313,7 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float)
     try: r = search_schedule(c.D, c.N, costs, memory=cap, time_limit=seconds, method='heuristic')
     except (ValueError, ImportError): return None
     s = c.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
-    p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof), 'simulate', optimizer)
+    p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), 'simulate', optimizer)
     lim = limit if limit is not None else prof.memory_bytes
     return None if p.memory_per_gpu > lim else _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
 

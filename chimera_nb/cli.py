@@ -78,7 +78,8 @@ def training_demo(stages:int=4, # D = local processes
                   metrics:str='out/demo-metrics.jsonl', # metrics; the summary and the timeline page go beside it
                   out=None):
     "Pre-train a small BERT (masked-LM) on the Wikipedia slice with Chimera on `stages` local processes."
-    from chimera_nb.train import TrainConfig, train
+    from chimera_nb.train import train
+    from chimera_nb.spec import TrainConfig
     from chimera_nb.spec import PipelineSpec
     out = out or sys.stdout
     Path(metrics).unlink(missing_ok=True)

@@ -104,9 +104,9 @@ class ComputeBackend:
         "Attach to a runtime's `Context` (once); returns self."
         self.ctx = ctx; return self
 
-    def auto_sync(self, device) -> str:
-        "The gradient all-reduce policy for sync='auto': eager where all-reduces run beside the compute, else at the end."
-        return 'eager' if device.type == 'cuda' else 'end'
+    def overlaps_allreduce(self, device) -> bool:
+        "Whether an all-reduce runs beside this backend's compute (NCCL's own CUDA stream), for sync='auto' (`program.resolve_sync`)."
+        return device.type == 'cuda'
 
     def begin(self, inputs:list|None, targets:list|None):
         "Start a step on this replica's micro-batches (None where this rank needs none)."
@@ -411,7 +411,7 @@ class EmulatedCompute(ComputeBackend):
         self.shapes = shapes if isinstance(shapes, dict) else {s: tuple(shapes) for s in range(1, schedule.num_stages)}
         self.zeros = {}
 
-    def auto_sync(self, device): return 'eager'  # nothing computes on the cores: all-reduces overlap for free
+    def overlaps_allreduce(self, device): return True  # nothing computes on the cores: all-reduces overlap for free
     def evaluator(self, metric=None): raise ValueError("evaluate needs the stage modules: an emulated runtime has none")
     def begin(self, inputs, targets): super().begin(inputs, targets); self.stream_free = 0.0
     def output_loss(self): return 0.0

@@ -21,7 +21,9 @@ from .models import build, to_stages
 from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
-from .train import TrainConfig, prepare_data, split_batch, provenance
+from .spec import TrainConfig
+from .report import provenance
+from .tasks import prepare_data, split_batch
 from .spec import PipelineSpec
 from .checks import SpecError, check_number
 

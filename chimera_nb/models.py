@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/models.html.md"""
 
 # %% auto #0
 __all__ = ['LOSSES', 'BertEmbed', 'BertBlock', 'BertMLMHead', 'BertClassifierHead', 'GPT2Embed', 'GPT2BlockLayer', 'GPT2Head',
-           'small_cnn', 'token_loss', 'causal_lm_loss', 'classification_loss', 'ModelLayers', 'build',
+           'small_cnn', 'token_loss', 'causal_lm_loss', 'classification_loss', 'ModelLayers', 'family_of', 'build',
            'parameter_count', 'PipelineModel', 'to_stages']
 
 # %% ../nbs/04_models.ipynb #8ee2d124
@@ -173,7 +173,7 @@ def _gpt2_layers(m, task):
     return layers + [GPT2Head(t.ln_f, m.lm_head)], {'embeddings': [(0, 'wte.weight'), (len(layers), 'lm_head.weight')]}
 
 # %% ../nbs/04_models.ipynb #96d9d531
-def _family_of(path) -> str:
+def family_of(path) -> str:
     from transformers import AutoConfig
     try: t = AutoConfig.from_pretrained(path).model_type
     except (OSError, ValueError) as e:
@@ -193,7 +193,7 @@ def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a s
     if isinstance(model, os.PathLike): model = os.fspath(model)
     if not isinstance(model, str): raise TypeError(f"model must be a preset name or a path, got {type(model).__name__}")
     if model in PRESETS: family, source, seq = PRESETS[model].family, PRESETS[model].config, PRESETS[model].seq_len
-    elif os.path.isdir(model) or '/' in model: family, source, seq = _family_of(model), model, 0
+    elif os.path.isdir(model) or '/' in model: family, source, seq = family_of(model), model, 0
     else: raise ValueError(f"unknown model {model!r}: choose a preset ({', '.join(PRESETS)}) or give a folder with a saved model")
     task = task or TASKS[family][0]
     if task not in TASKS[family]: raise ValueError(f"a {family} model does the tasks {TASKS[family]}, not {task!r}")

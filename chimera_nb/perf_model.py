@@ -7,7 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 # %% auto #0
 __all__ = ['BOUNDS', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'group_allreduce_time',
            'unoverlapped', 'Breakdown', 'Prediction', 'predict', 'predict_bound', 'predict_memory', 'state_memory',
-           'cross_check', 'resolve_sync', 'predict_spec', 'calibrate']
+           'cross_check', 'predict_spec', 'calibrate']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple, Sequence
 from fastcore.basics import patch
 from .schedules import schedule_label, make_schedule, SCHEDULES
 from .ir import Schedule, replay
-from .program import lower, reduce_points, SYNC_POLICIES
+from .program import lower, reduce_points, resolve_sync, SYNC_POLICIES
 from .simulate import Costs, Event, simulate, Timeline, closed_form, sig3, lower_bound
 from .memory import memory_estimate, OPTIMIZER_STATES
 from .balance import balance
@@ -401,11 +401,6 @@ def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `pr
     eq1 = _analytic(schedule, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')[0] + _tie_time(schedule, profile, dp)
     return eq1, _disagreement(simulated_s, eq1, sp)
 
-# %% ../nbs/08_perf_model.ipynb #8d171c5c
-def resolve_sync(sync:str, profile:Profile) -> str:
-    "A spec's sync policy for a prediction: 'auto' is eager where all-reduces overlap compute (GPUs), else at the end."
-    return sync if sync != 'auto' else ('eager' if profile.comm_overlaps else 'end')
-
 # %% ../nbs/08_perf_model.ipynb #s2080064
 def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and options, recompute, sync, hardware
                  profile:Profile|None=None, # measured costs (scaled to spec.B); default: estimated from the spec's model and hardware
@@ -417,7 +412,7 @@ def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and optio
         if spec.hardware.endswith('.json'): profile = Profile.load(spec.hardware, spec.model)
         else: profile = estimate_profile(spec.model, HARDWARE[spec.hardware], spec.B, spec.seq_len, spec.dtype)
     profile = profile.at(spec.B)
-    return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile), method, optimizer)
+    return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile.comm_overlaps), method, optimizer)
 
 # %% ../nbs/08_perf_model.ipynb #s2080072
 def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:

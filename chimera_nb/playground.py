@@ -13,7 +13,8 @@ import ipywidgets as W, traitlets
 import plotly.graph_objects as go
 from .autotune import autotune, Tuning
 from .spec import PipelineSpec, TrainConfig
-from .perf_model import predict, resolve_sync
+from .perf_model import predict
+from .program import resolve_sync
 from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .viz import plot_breakdown
@@ -135,7 +136,7 @@ def _spec_chosen(self:Playground, change):
     mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
     self.details.value = ("<b>Memory per GPU (GiB)</b>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
                           .set_index('rank').div(2**30).round(3).to_html()))
-    preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof), m) for m in ('analytic', 'simulate')]
+    preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration").update_layout(width=None, autosize=True)
     with self.breakdown.batch_update():
         self.breakdown.data = []; self.breakdown.add_traces(list(fig.data)); self.breakdown.layout = fig.layout

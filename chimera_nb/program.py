@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/program.html.md"""
 
 # %% auto #0
 __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute', 'Send', 'ReduceStart', 'ReduceWait',
-           'OptimizerStep', 'ReduceLoss', 'Program', 'compute_order', 'add_communication', 'reduce_points',
-           'add_gradient_sync', 'lower', 'check_program']
+           'OptimizerStep', 'ReduceLoss', 'Program', 'resolve_sync', 'compute_order', 'add_communication',
+           'reduce_points', 'add_gradient_sync', 'lower', 'check_program']
 
 # %% ../nbs/00a_program.ipynb #f1013c42
 from dataclasses import dataclass, field
@@ -99,6 +99,15 @@ class Program:
     def __repr__(self):
         n = sum(map(len, self.ranks))
         return f"Program({self.schedule.name!r}, ranks={len(self.ranks)}, instructions={n}, sync={self.sync!r}, dp_width={self.dp_width})"
+
+# %% ../nbs/00a_program.ipynb #95478ff9
+def resolve_sync(sync:str, # a policy of SYNC_POLICIES, or 'auto'
+                 overlaps:bool, # whether an all-reduce runs beside the compute (a CUDA stream; a profile's comm_overlaps)
+                ) -> str:
+    "The gradient all-reduce policy to run: `sync`, or for 'auto' 'eager' where all-reduces overlap the compute, else 'end'."
+    if sync == 'auto': return 'eager' if overlaps else 'end'
+    if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {', '.join(SYNC_POLICIES)} or auto")
+    return sync
 
 # %% ../nbs/00a_program.ipynb #s2000a02
 @patch

@@ -156,7 +156,7 @@ def check_job(job:SlurmJob) -> SlurmJob:
     _check_ints(job); _check_strings(job); time_seconds(job.time)
     if not isinstance(job.train, TrainConfig): raise TypeError(f"train must be a TrainConfig, got {type(job.train).__name__}")
     job.train.replace(checkpoint_dir='checkpoints', resume=True, local_ranks=0)  # checked as the script runs it
-    from chimera_nb.train import check_data   # a misspelt data set fails here, not 12 s into the job
+    from chimera_nb.tasks import check_data   # a misspelt data set fails here, not 12 s into the job
     check_data(job.train)
     if job.gpus_per_node and job.cpus_per_task * job.ntasks_per_node < job.gpus_per_node:
         raise ValueError(f"at least one CPU per GPU: {job.ntasks_per_node} tasks x {job.cpus_per_task} CPUs < {job.gpus_per_node} GPUs")
@@ -301,7 +301,7 @@ def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
 # %% ../nbs/10_slurm.ipynb #83e6c41d
 def _check_reuse(run:Path, configs:list):
     "A run folder holding checkpoints: the same run resumes them (with a warning); another run is refused before sbatch."
-    from chimera_nb.train import check_resume
+    from chimera_nb.checkpoint import check_resume
     for i, cfg in enumerate(configs):
         ck = (run if len(configs) == 1 else run / f'task-{i}') / 'checkpoints'
         try: step = check_resume(cfg.replace(checkpoint_dir=str(ck), resume=True))

@@ -13,7 +13,7 @@ from chimera_nb.profile import Profile, estimate_profile
 from chimera_nb.hardware import HARDWARE
 from chimera_nb.runtime import PipelineRuntime
 from chimera_nb.simulate import Costs
-from chimera_nb.train import TrainConfig
+from chimera_nb.spec import TrainConfig
 
 
 def test_profile_file_roundtrip_and_model_check(tmp_path):

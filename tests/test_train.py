@@ -5,7 +5,10 @@ import json, math, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
 import torch
-from chimera_nb.train import TrainConfig, train, latest_checkpoint, EXIT_REQUEUE
+from chimera_nb.train import train
+from chimera_nb.spec import EXIT_REQUEUE
+from chimera_nb.spec import TrainConfig
+from chimera_nb.checkpoint import latest_checkpoint
 from chimera_nb.failures import PipelineFailure
 
 
@@ -175,7 +178,7 @@ def test_resume_refuses_another_configuration_unless_named(tmp_path, capfd):
     assert done.losses == [] and done.summary['steps'] == 0 and done.summary['mean_step_s'] is None   # nothing left to run: no crash
     for broken in ('[]', 'null', '{"format": 2}', '{"format": 2, "step": 4, "world": 2, "config": {}, "files": {"a": {}}}'):
         d = Path(ck) / 'step_00000009'; d.mkdir(exist_ok=True); (d / 'manifest.json').write_text(broken)
-        from chimera_nb.train import latest_checkpoint
+        from chimera_nb.checkpoint import latest_checkpoint
         best, skipped = latest_checkpoint(TC(**SMALL, checkpoint_dir=ck), 2, TC(**SMALL).spec.make().to_text())
         assert best.name == 'step_00000004' and 'manifest' in skipped[0], (broken, skipped)
 
