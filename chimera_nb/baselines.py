@@ -11,7 +11,7 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .memory import OPTIMIZER_STATES
-from .perf_model import Prediction, Breakdown, group_allreduce_time, predict, _stage_times, _tie_time, _crossing
+from .perf_model import Prediction, Breakdown, group_allreduce_time, predict, stage_times, tie_time, busy_crossings
 from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .schedules import make_schedule
@@ -45,13 +45,13 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     "Steady-state iteration time and memory of an asynchronous baseline (`ASYNC_SCHEMES`): 1F1B with no flush."
     if scheme not in ASYNC_SCHEMES: raise ValueError(f"unknown asynchronous scheme {scheme!r}: choose one of {list(ASYNC_SCHEMES)}")
     flat = make_schedule('1f1b', D, N)   # the same stages on the same ranks: its per-action overhead and tied copies apply alike
-    a, sp, ov = ASYNC_SCHEMES[scheme], _stage_times(flat, profile), profile.comm_overlaps
-    ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes, _crossing(flat, profile, dp)) for i, p in enumerate(sp)]   # stage i on rank i
+    a, sp, ov = ASYNC_SCHEMES[scheme], stage_times(flat, profile), profile.comm_overlaps
+    ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes, busy_crossings(flat, profile, dp)) for i, p in enumerate(sp)]   # stage i on rank i
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
     hidden = lambda ari, p: max(0.0, ari - p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
     step = [c + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
     tail = 0.0 if a.per_microbatch else max(ar)   # 2BW: once per iteration, behind the next one's compute if it can be
-    t = (max(N * max(step), tail) if ov else N * max(step) + tail) + _tie_time(flat, profile, dp)
+    t = (max(N * max(step), tail) if ov else N * max(step) + tail) + tie_time(flat, profile, dp)
     busy = N * statistics.fmean(comp)
     mem = _async_memory(a, sp, recompute, optimizer) if memory else [0.0] * D
     bd = Breakdown(busy, 0.0, N * max(comp) - busy, t - N * max(comp))

@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/payload.html.md"""
 
 # %% auto #0
 __all__ = ['flatten', 'unflatten', 'call_stage', 'to_device', 'device_of', 'microbatches_of', 'split_microbatches',
-           'pack_message', 'empty_message', 'unpack_message', 'Shapes']
+           'pack_message', 'empty_message', 'Shapes']
 
 # %% ../nbs/06d_payload.ipynb #55f99ac9
 import math, pickle
@@ -119,7 +119,7 @@ def empty_message(metas:list, device) -> torch.Tensor:
     if len(metas) == 1: return torch.empty(metas[0].shape, dtype=metas[0].dtype, device=device)
     return torch.empty(sum(map(_padded_bytes, metas)), dtype=torch.uint8, device=device)
 
-def unpack_message(buf:torch.Tensor, metas:list) -> list:
+def _unpack_message(buf:torch.Tensor, metas:list) -> list:
     "The leaves of a received message, as views of `buf` (requires_grad set where a gradient flows back)."
     if len(metas) == 1: return [buf.requires_grad_(metas[0].grad)]
     out, i = [], 0
@@ -191,6 +191,6 @@ def outgoing(self:Shapes, stage:int, sig, out, peer:int, token:str='') -> tuple:
 @patch
 def payload(self:Shapes, kind:str, stage:int, src:int, sig, buf:torch.Tensor):
     "The received message in `buf`: an activation payload, or the list of gradient leaves."
-    if kind == 'g': return unpack_message(buf, self.incoming('g', stage, src, sig))
+    if kind == 'g': return _unpack_message(buf, self.incoming('g', stage, src, sig))
     spec, metas = self.known[(src, stage, sig)]
-    return unflatten(unpack_message(buf, metas), spec)
+    return unflatten(_unpack_message(buf, metas), spec)

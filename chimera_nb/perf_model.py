@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['BOUNDS', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'group_allreduce_time',
-           'unoverlapped', 'Breakdown', 'Prediction', 'predict', 'predict_bound', 'predict_memory', 'state_memory',
-           'cross_check', 'predict_spec', 'calibrate']
+           'busy_crossings', 'unoverlapped', 'Breakdown', 'Prediction', 'stage_times', 'tie_time', 'predict',
+           'predict_bound', 'predict_memory', 'state_memory', 'cross_check', 'predict_spec', 'calibrate']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -136,7 +136,7 @@ def group_allreduce_time(profile:Profile, # its links and its GPUs per node
     return allreduce_time(r, nbytes, profile.ar_alpha, profile.ar_beta * share)
 
 # %% ../nbs/08_perf_model.ipynb #f9bea7b6
-def _crossing(s:Schedule, profile:Profile, dp:int) -> int:
+def busy_crossings(s:Schedule, profile:Profile, dp:int) -> int:
     "A node's all-reduces across nodes at once, on the busiest node (`group_allreduce_time`'s `busy`): its pipeline ranks with a stage whose replicas span nodes."
     g, D = profile.gpus_per_node, s.num_ranks
     if g == 1: return 1
@@ -209,7 +209,7 @@ def _check_schedule_fits(s:Schedule, profile:Profile, dp:int):
                          f"{len(profile.layers)} layers: use fewer stages")
 
 # %% ../nbs/08_perf_model.ipynb #fe5739fb
-def _stage_times(s:Schedule, profile:Profile) -> list:
+def stage_times(s:Schedule, profile:Profile) -> list:
     "Per-stage profiles at the micro-batch `s` computes (halving's half micro-batches at an estimate's lower efficiency), each action's overhead added."
     sp, k, o = profile.stage_profiles(s.num_stages), s.microbatch_scale, profile.action_overhead
     B = profile.micro_batch_size * k
@@ -225,8 +225,8 @@ def _stage_times(s:Schedule, profile:Profile) -> list:
 # %% ../nbs/08_perf_model.ipynb #s2080051
 def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     "Per-stage profiles, all-reduce seconds and the p2p message time."
-    sp = _stage_times(s, profile)
-    busy = _crossing(s, profile, dp)
+    sp = stage_times(s, profile)
+    busy = busy_crossings(s, profile, dp)
     ar = [group_allreduce_time(profile, s.replicas(i), s.num_ranks, dp, p.param_bytes, busy) for i, p in enumerate(sp)]
     msg = max((p.out_bytes for p in sp[:-1]), default=0) * s.microbatch_scale   # halving sends half micro-batches
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
@@ -245,7 +245,7 @@ def _memory(s:Schedule, sp, optimizer:str) -> list:
     return out
 
 # %% ../nbs/08_perf_model.ipynb #d3d5170c
-def _tie_time(s:Schedule, profile:Profile, dp:int) -> float:
+def tie_time(s:Schedule, profile:Profile, dp:int) -> float:
     "Seconds the runtime spends after the step summing tied copies' gradients, for each tie whose copies live on different ranks."
     out = 0.0
     for stages, nbytes in profile.stage_ties(s.num_stages):
@@ -348,7 +348,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {SYNC_POLICIES}")
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
-    policy, tie = sync if profile.comm_overlaps else 'end', _tie_time(s, profile, dp)
+    policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
     t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
     t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
@@ -372,7 +372,7 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
     costs = _costs(schedule, sp, ar, c)
     bound = lower_bound(schedule, costs, dp, in_flight=by != 'counts')
     if by == 'replay': bound = max(bound, *_replay_span(schedule, costs)[::2])   # its compute in order, its all-reduces after it
-    return bound + _tie_time(schedule, profile, dp)
+    return bound + tie_time(schedule, profile, dp)
 
 # %% ../nbs/08_perf_model.ipynb #pm080002
 def predict_memory(profile:Profile, # at the micro-batch size to run
@@ -380,7 +380,7 @@ def predict_memory(profile:Profile, # at the micro-batch size to run
                   ) -> list:
     "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (no timing needed)."
     _check_schedule_fits(schedule, profile, 1)
-    return _memory(schedule, _stage_times(schedule, profile), optimizer)
+    return _memory(schedule, stage_times(schedule, profile), optimizer)
 
 # %% ../nbs/08_perf_model.ipynb #pm080005
 def state_memory(profile:Profile, # at the micro-batch size to run
@@ -389,7 +389,7 @@ def state_memory(profile:Profile, # at the micro-batch size to run
     "Bytes per rank of its stages' weights, gradients and optimizer state: the part of `predict_memory` that needs no order."
     if optimizer not in OPTIMIZER_STATES: raise ValueError(f"optimizer must be one of {list(OPTIMIZER_STATES)}, got {optimizer!r}")
     _check_schedule_fits(schedule, profile, 1)
-    sp, k = _stage_times(schedule, profile), 2 + OPTIMIZER_STATES[optimizer]
+    sp, k = stage_times(schedule, profile), 2 + OPTIMIZER_STATES[optimizer]
     return [k * sum(sp[st].param_bytes for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)]
 
 # %% ../nbs/08_perf_model.ipynb #cc080001
@@ -398,7 +398,7 @@ def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `pr
                ) -> tuple:
     "(Eq. (1)'s seconds, one line when they are over 10% off `simulated_s`): `predict`'s cross-check for a prediction made without it."
     sp, ar, c = _stage_terms(schedule, profile, dp)
-    eq1 = _analytic(schedule, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')[0] + _tie_time(schedule, profile, dp)
+    eq1 = _analytic(schedule, sp, ar, c, dp, sync if profile.comm_overlaps else 'end')[0] + tie_time(schedule, profile, dp)
     return eq1, _disagreement(simulated_s, eq1, sp)
 
 # %% ../nbs/08_perf_model.ipynb #s2080064

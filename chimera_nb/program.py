@@ -6,8 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/program.html.md"""
 
 # %% auto #0
 __all__ = ['INSTRUCTIONS', 'SYNC_POLICIES', 'Msg', 'message', 'Recv', 'Compute', 'Send', 'ReduceStart', 'ReduceWait',
-           'OptimizerStep', 'ReduceLoss', 'Program', 'resolve_sync', 'compute_order', 'add_communication',
-           'reduce_points', 'add_gradient_sync', 'lower', 'check_program']
+           'OptimizerStep', 'ReduceLoss', 'Program', 'resolve_sync', 'reduce_points', 'lower', 'check_program']
 
 # %% ../nbs/00a_program.ipynb #f1013c42
 from dataclasses import dataclass, field
@@ -90,7 +89,7 @@ class Program:
     "Per pipeline rank, the ordered instructions of one training step of `schedule`."
     schedule: Schedule
     ranks: list                # ranks[r] = list of instructions
-    sync: str = 'eager'        # gradient all-reduce policy (see `add_gradient_sync`)
+    sync: str = 'eager'        # gradient all-reduce policy (see `_add_gradient_sync`)
     dp_width: int = 1          # data-parallel replicas of the pipeline (they join each stage's all-reduce)
 
     def __getitem__(self, rank:int) -> list: return self.ranks[rank]
@@ -135,12 +134,12 @@ def to_text(self:Program) -> str:
 # %% ../nbs/00a_program.ipynb #db32eee4
 _new = tuple.__new__  # builds a named tuple without its Python-level __new__: lowering makes ~100k of them at D=64
 
-def compute_order(s:Schedule) -> list:
+def _compute_order(s:Schedule) -> list:
     "Pass 1: each rank's actions as `Compute` instructions."
     return [[_new(Compute, (a,)) for a in order] for order in s.orders]
 
 # %% ../nbs/00a_program.ipynb #54fbcd0c
-def add_communication(s:Schedule, ranks:list) -> list:
+def _add_communication(s:Schedule, ranks:list) -> list:
     "Pass 2: a `Recv` before every compute for each message it needs, a `Send` after it for each it makes."
     S, place, out = s.num_stages, s.placement, []
     for prog in ranks:
@@ -174,7 +173,7 @@ def reduce_points(s:Schedule, # the schedule
     return {st: last.get(st) for st in synced}
 
 # %% ../nbs/00a_program.ipynb #1d25d26e
-def add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
+def _add_gradient_sync(s:Schedule, ranks:list, sync:str='eager', dp_width:int=1) -> list:
     "Pass 3: `ReduceStart` per replicated stage where `reduce_points` says, `ReduceWait`s, and `OptimizerStep` (forward only: `ReduceLoss`) at the end."
     out = []
     for r, prog in enumerate(ranks):
@@ -204,7 +203,7 @@ def lower(s:Schedule, # a validated schedule
     if key not in cache:
         shared = s.__dict__.setdefault('_ranks', {})   # and once for its recompute twin (`Schedule.replaced` shares this)
         if key not in shared:
-            with gc_paused(): shared[key] = add_gradient_sync(s, add_communication(s, compute_order(s)), sync, dp_width)
+            with gc_paused(): shared[key] = _add_gradient_sync(s, _add_communication(s, _compute_order(s)), sync, dp_width)
         cache[key] = Program(s, list(shared[key]), sync, dp_width)   # its own list of ranks: replacing one leaves the twin's
     return cache[key]
 
