@@ -356,7 +356,7 @@ def _reduce(c:np.ndarray, lo:float, hi:float, columns:int) -> np.ndarray:
 # %% ../nbs/02_viz.ipynb #636ac2aa
 def _paper_lines(fig:go.Figure, tl:Timeline, R:int):
     "The paper's activation range (closed form) as dashed lines on the peak panel, where a closed form holds."
-    try: cf = closed_form(tl.name, tl.meta.get('D', R), tl.meta.get('N', 0), **{k: v for k, v in tl.meta.items() if k == 'chunks'})
+    try: cf = closed_form(tl.name, tl.meta.get('D', R), tl.meta.get('N', 0), **tl.meta)   # its options by name
     except (ValueError, TypeError): return
     if tl.recompute or tl.stage_fraction != 1 or cf.get('act_max') is None: return
     lines = [(cf['act_max'], '')] if cf['act_min'] == cf['act_max'] else [(cf['act_min'], ' min'), (cf['act_max'], ' max')]

@@ -22,7 +22,8 @@ def TC(**kw) -> TrainConfig:
     "A run from flat keys (the spec's and training's, as a config file may hold them)."
     return TrainConfig.from_dict(kw)
 from chimera_nb.slurm import (SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL, submit_sweep, schedule_configs,
-                              plot_sweep, main as cli)
+                              plot_sweep)
+from chimera_nb.cli import slurm_main as cli
 
 REPO = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
