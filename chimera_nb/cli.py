@@ -243,26 +243,31 @@ def train_main(argv=None) -> int:
 
 # %% ../nbs/11_cli.ipynb #91d322f0
 def slurm_parser():
-    "The `chimera-slurm` argument parser."
-    from chimera_nb.slurm import CLUSTER_PRESETS
-    p = OneLineParser(prog='chimera-slurm', description='Submit, watch and collect chimera_nb training jobs on SLURM.')
+    "The `chimera-slurm` argument parser: a flag per job field, its help the field's own comment (`slurm.SlurmJob`)."
+    from chimera_nb.slurm import CLUSTER_PRESETS, SlurmJob
+    docs = field_docs(SlurmJob)
+    p = OneLineParser(prog='chimera-slurm', description="Submit, watch and collect chimera_nb training jobs on SLURM. The job's flags "
+                      "go before --, the training's (chimera-train's flags) after it.")
     sub = p.add_subparsers(dest='cmd', required=True)
     s = sub.add_parser('submit', help='render the batch script and sbatch it (training flags after --)')
-    s.add_argument('--preset', default='generic', choices=list(CLUSTER_PRESETS))
+    s.add_argument('--preset', default='generic', choices=list(CLUSTER_PRESETS),
+                   help="a cluster's defaults (partition, GPUs and their type, CPUs, memory, modules); the flags below override them")
     for f in ('run_dir', 'name', 'gpu_type', 'mem', 'time', 'partition', 'account', 'qos', 'python'):
-        s.add_argument('--' + f.replace('_', '-'))
+        s.add_argument('--' + f.replace('_', '-'), metavar=f.upper(), help=docs[f])
     for f in ('nodes', 'gpus_per_node', 'tasks_per_node', 'cpus_per_task', 'signal_before', 'max_restarts'):
-        s.add_argument('--' + f.replace('_', '-'), type=int)
-    s.add_argument('--module', action='append', dest='modules', help="module load this (repeat; replaces the preset's)")
-    s.add_argument('--env', action='append', default=[], metavar='NAME=VALUE', help='export this (repeat)')
-    s.add_argument('--setup', action='append', dest='setup', help='a shell line run before training, as written (repeat)')
-    s.add_argument('--extra', action='append', help='a further sbatch option, e.g. --extra=--constraint=ib (repeat)')
-    s.add_argument('--no-requeue', action='store_true'); s.add_argument('--dry-run', action='store_true', help='print the script only')
+        s.add_argument('--' + f.replace('_', '-'), type=int, metavar='N', help=docs[f])
+    s.add_argument('--module', action='append', dest='modules', metavar='MODULE', help=f"{docs['modules']} (repeat; replaces the preset's)")
+    s.add_argument('--env', action='append', default=[], metavar='NAME=VALUE', help=f"{docs['env']} (repeat)")
+    s.add_argument('--setup', action='append', dest='setup', metavar='LINE', help=f"{docs['setup']} (repeat)")
+    s.add_argument('--extra', action='append', metavar='OPTION', help=f"{docs['extra']} (repeat; e.g. --extra=--constraint=ib)")
+    s.add_argument('--no-requeue', action='store_true', help="do not requeue when training stops with a checkpoint (exit 75)")
+    s.add_argument('--dry-run', action='store_true', help='every check a submit makes, then print the script instead of submitting it')
     for name, h in (('status', 'state of every task'), ('logs', 'tail of the log'), ('cancel', 'scancel (or signal) the job')):
         c = sub.add_parser(name, help=h); c.add_argument('job', help='a job id or a run folder')
-        if name == 'logs': c.add_argument('-n', type=int, default=40)
+        if name == 'logs': c.add_argument('-n', type=int, default=40, help='the last N lines (default: 40)')
         if name == 'cancel': c.add_argument('--signal', help='send this signal instead (USR1: checkpoint and requeue)')
-    c = sub.add_parser('collect', help="one table of a run's or a sweep's results"); c.add_argument('run_dir'); c.add_argument('--csv')
+    c = sub.add_parser('collect', help="one table of a run's or a sweep's results")
+    c.add_argument('run_dir', help="a run folder, or a sweep's folder of runs"); c.add_argument('--csv', metavar='FILE', help='also write the table here')
     return p
 
 # %% ../nbs/11_cli.ipynb #c3ad16e3
@@ -283,7 +288,8 @@ def _job_from_args(a, train_argv) -> 'SlurmJob':
 # %% ../nbs/11_cli.ipynb #4e916837
 def slurm_main(argv=None) -> int:
     "The `chimera-slurm` command."
-    from chimera_nb.slurm import Job, SlurmError, collect, render, submit
+    from chimera_nb.slurm import Job, SlurmError, check_submission, collect, submit
+    from chimera_nb.checkpoint import RunComplete
     argv = list(sys.argv[1:] if argv is None else argv)
     train_argv = argv[argv.index('--') + 1:] if '--' in argv else []
     argv = argv[:argv.index('--')] if '--' in argv else argv
@@ -291,7 +297,7 @@ def slurm_main(argv=None) -> int:
     try:
         if a.cmd == 'submit':
             job = _job_from_args(a, train_argv)
-            if a.dry_run: print(render(job), end=''); return 0
+            if a.dry_run: print(check_submission(job), end=''); return 0   # every check of a submit, then the script
             j = submit(job); print(f"submitted job {j.job_id}; run folder {j.run_dir}"); return 0
         if a.cmd == 'collect':
             df = collect(a.run_dir)
@@ -303,6 +309,8 @@ def slurm_main(argv=None) -> int:
         elif a.cmd == 'logs': print(j.log(a.n))
         elif a.cmd == 'cancel': j.cancel(a.signal); print(f"{'signalled' if a.signal else 'cancelled'} job {j.job_id}")
         return 0
+    except RunComplete as e:   # a finished run resubmitted into its folder: nothing to submit, no failure
+        print(f"chimera-slurm: {e}: not submitted", file=sys.stderr); return 0
     except (ValueError, TypeError) as e: print(f"chimera-slurm: error: {e}", file=sys.stderr); return 2
     except SlurmError as e: print(f"chimera-slurm: {e}", file=sys.stderr); return 1
 

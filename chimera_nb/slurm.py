@@ -6,8 +6,9 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'render', 'SlurmError', 'submit', 'TaskState', 'Job', 'read_metrics', 'collect', 'JobWatch',
-           'schedule_configs', 'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'JobForm', 'job_form']
+           'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'read_metrics', 'collect',
+           'JobWatch', 'schedule_configs', 'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'JobForm',
+           'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, os, re, shlex, shutil, subprocess, sys, time
@@ -80,7 +81,7 @@ class SlurmJob:
     cpus_per_task: int = 1                 # CPUs per task (at least 1 per GPU)
     mem: str|None = '16gb'                 # memory per node
     time: str = '00:30:00'                 # time limit (GPU jobs on HiPerGator default to 10 minutes without one)
-    partition: str|None = None
+    partition: str|None = None             # the SLURM partition (HiPerGator: hpg-b200, hpg-rtx6000, hpg-turin)
     account: str|None = None               # HiPerGator: your group
     qos: str|None = None                   # HiPerGator: your group (the burst QOS <group>-b has no GPUs)
     modules: tuple = ()                    # `module load` these
@@ -299,16 +300,23 @@ def _job_record(job:SlurmJob, configs:list, job_id:str) -> dict:
 
 # %% ../nbs/10_slurm.ipynb #83e6c41d
 def _check_reuse(run:Path, configs:list):
-    "A run folder holding checkpoints: the same run resumes them (with a warning); another run is refused before sbatch."
-    from chimera_nb.checkpoint import check_resume
+    "A run folder holding checkpoints: the same run resumes them (with a warning); another run is refused before sbatch, a finished one (`RunComplete`) too."
+    from chimera_nb.checkpoint import check_not_complete
     for i, cfg in enumerate(configs):
         ck = (run if len(configs) == 1 else run / f'task-{i}') / 'checkpoints'
-        try: step = check_resume(cfg.replace(checkpoint_dir=str(ck), resume=True))
+        try: step = check_not_complete(cfg.replace(checkpoint_dir=str(ck), resume=True))
         except ValueError as e:
             raise ValueError(f"{e} (the job would stop at once): submit into a fresh run folder, e.g. run_dir={str(run)}-2") from e
         if step is not None:
             import warnings
             warnings.warn(f"{ck} holds checkpoints up to step {step}: this job resumes them; give a fresh run_dir for a new run")
+
+# %% ../nbs/10_slurm.ipynb #0e943584
+def check_submission(job:SlurmJob, configs:list|None=None) -> str:
+    "Every check `submit` makes before sbatch (the job, its script, the run folder's checkpoints); the script. A dry run asks this."
+    script = render(job, configs)
+    _check_reuse(Path(job.run_dir).absolute(), configs or [job.train])
+    return script
 
 # %% ../nbs/10_slurm.ipynb #404f9dd0
 def submit(job:SlurmJob, # the job
@@ -316,9 +324,7 @@ def submit(job:SlurmJob, # the job
            dry_run:bool=False # write the script, do not submit
           ) -> 'Job|Path':
     "Write `job.sh` and `job.json` into the run folder and `sbatch` it; return a `Job` (the script's path when `dry_run`)."
-    script = render(job, configs)
-    run = Path(job.run_dir).absolute()
-    _check_reuse(run, configs or [job.train])
+    script, run = check_submission(job, configs), Path(job.run_dir).absolute()
     made = not run.exists()
     run.mkdir(parents=True, exist_ok=True)
     (run / 'job.sh').write_text(script)

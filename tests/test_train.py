@@ -108,10 +108,18 @@ def test_bad_configurations_fail_before_any_process_starts(cfg, msg):
 
 def test_the_command(tmp_path):
     exe = Path(sys.executable).parent / 'chimera-train'
-    out = subprocess.run([str(exe), '--stages', '2', '--microbatches', '2', '--steps', '3', '--local-ranks', '2', '--no-progress',
-                          '--metrics', str(tmp_path / 'm.jsonl')], capture_output=True, text=True, timeout=200)
+    args = [str(exe), '--stages', '2', '--microbatches', '2', '--steps', '3', '--local-ranks', '2', '--no-progress', '--balance', 'time',
+            '--metrics', str(tmp_path / 'm.jsonl'), '--checkpoint-dir', str(tmp_path / 'ck')]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=200)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.splitlines()[-1])['steps'] == 3
+    logged = (tmp_path / 'm.jsonl').read_text()
+    again = subprocess.run(args + ['--resume'], capture_output=True, text=True, timeout=200)   # the finished run, resubmitted
+    assert again.returncode == 0 and 'is complete: step 3 of 3' in again.stderr, again.stderr[-2000:]
+    assert json.loads(again.stdout)['steps'] == 3   # its summary, not a run of no steps
+    assert (tmp_path / 'm.jsonl').read_text() == logged   # nothing started: no empty run appended to its metrics
+    old = subprocess.run([str(exe), '--partition', 'time'], capture_output=True, text=True, timeout=100)   # SLURM's word, not balancing
+    assert old.returncode == 2 and 'unrecognized arguments: --partition' in old.stderr
     bad = subprocess.run([str(exe), '--stages', '3'], capture_output=True, text=True, timeout=100)
     assert bad.returncode == 2 and 'even number of stages' in bad.stderr and bad.stderr.count('\n') == 1   # one line
     t = time.monotonic(); h = subprocess.run([str(exe), '--help'], capture_output=True, text=True, timeout=100)
