@@ -18,7 +18,7 @@ from .simulate import Costs, Timeline, simulate, closed_form
 from .spec import PipelineSpec
 from .checks import SpecError
 from .viz import (plot_timeline, plot_memory, compare, save_html, save_image, export_schedule, find_chromium,
-                            resolve_theme, EXPORTS, GLOSSARY, sig3, pct, remember_theme)
+                            resolve_theme, EXPORTS, GLOSSARY, sig3, pct, remember_theme, replace_figure)
 
 # %% ../nbs/02a_explore.ipynb #3e20894e
 COST_PRESETS = {'B = 2F (paper; split: B = W = F)': (1.0, 1.0, 1.0),   # (F, B input-grad, W weight-grad)
@@ -301,16 +301,6 @@ def costs(self:Explorer) -> Costs:
     "The costs the controls say."
     return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
 
-# %% ../nbs/02a_explore.ipynb #9f0da20d
-def _replace(fw:go.FigureWidget, fig:go.Figure):
-    "Redraw `fw` with the traces and layout of `fig`; layout properties `fig` lacks are reset, so none stay stale."
-    stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
-    if stale: fw.plotly_relayout({k: None for k in stale})   # while the old layout still has them
-    with fw.batch_update():
-        fw.data = []
-        fw.add_traces(list(fig.data))
-        fw.layout = fig.layout
-
 # %% ../nbs/02a_explore.ipynb #7ce39e74
 @patch
 def _fail(self:Explorer, msg:str):
@@ -378,8 +368,8 @@ def redraw(self:Explorer):
         self.fig = fit(go.FigureWidget(figs[0]))
         self.memfig = fit(go.FigureWidget(figs[1])) if self._memory else None
     else:
-        _replace(self.fig, figs[0])
-        if self._memory: _replace(self.memfig, figs[1])
+        replace_figure(self.fig, figs[0])
+        if self._memory: replace_figure(self.memfig, figs[1])
     notes = [n for n in (_bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), _variant_hint(sp, self.costs(), tl.makespan)) if n]
     self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
     if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.search_box, self.probe]

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 __all__ = ['Playground']
 
 # %% ../nbs/12_playground.ipynb #6af31083
-import html, math
+import html, math, re
 import ipywidgets as W, traitlets
 import plotly.graph_objects as go
 from .autotune import autotune, Tuning
@@ -17,9 +17,9 @@ from .perf_model import predict
 from .program import resolve_sync
 from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
-from .viz import plot_breakdown
+from .viz import plot_breakdown, replace_figure
 from .memory import memory_estimate, MEMORY_PARTS
-from .models import PRESETS
+from .catalog import PRESETS
 from .explore import Explorer, show_with_hint, alive_style, responsive
 from .viz import GLOSSARY, sig3, pct
 
@@ -52,7 +52,7 @@ class Playground(W.VBox):
         self.breakdown = responsive(go.FigureWidget())
         self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
         self.actions = W.HBox([self.slurm_button])   # other tools add their buttons here
-        self.profile, self.micro_batch_sizes, self.tuning, self._callbacks = profile, tuple(micro_batch_sizes), None, []
+        self.profile, self.micro_batch_sizes, self.tuning, self._callbacks, self.form = profile, tuple(micro_batch_sizes), None, [], None
         wrap = W.Layout(flex_flow='row wrap')
         super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
@@ -70,11 +70,18 @@ class Playground(W.VBox):
     def _ipython_display_(self): show_with_hint(self, 'playground')
 
 # %% ../nbs/12_playground.ipynb #8935f396
-def _nothing_fits(rejected) -> str:
-    "HTML: nothing fits, and the most common reasons the tuner rejected the configurations (up to 5, with counts)."
-    why = rejected.reason.str.split(':').str[0].value_counts().head(5)
-    return ("<div style='color:#b00020'><b>Nothing fits.</b> Most common reasons: "
-            + '; '.join(f"{html.escape(k)} ({v})" for k, v in why.items()) + '</div>')
+def _nothing_fits(rejected, # the tuner's rejected configurations (a `reason` column)
+                  what:str='', # the run, e.g. 'bert-48 on 7 GPUs'
+                 ) -> str:
+    "HTML: nothing fits, and why in words: the three most common reasons, each in full once (a schedule's name stands for all)."
+    from chimera_nb.schedules import SCHEDULES
+    names = re.compile(r'\b(' + '|'.join(map(re.escape, sorted(SCHEDULES, key=len, reverse=True))) + r')\b')
+    key = rejected.reason.map(lambda r: names.sub('<schedule>', r))   # one reason, whatever the schedule
+    top = key.value_counts().head(3)
+    why = ''.join(f"<li>{html.escape(rejected.reason[key == k].iloc[0])}{f' (and {n - 1} like it)' if n > 1 else ''}</li>" for k, n in top.items())
+    return (f"<div style='color:#b00020'><b>Nothing fits{' ' + html.escape(what) if what else ''}</b> (none of {len(rejected)} configurations "
+            f"can run). Why:<ul style='margin:2px 0'>{why}</ul>Change the GPUs, the global batch, the memory or the model, "
+            f"and Tune again.</div>")
 
 # %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch
@@ -92,16 +99,25 @@ def tune(self:Playground):
                                hardware=HARDWARE[self.hardware.value], micro_batch_sizes=self.micro_batch_sizes,
                                exact=_CHOICES)   # every row the dropdown offers is the search's own, none skipped by its bound
     except (ValueError, TypeError) as e:
-        self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"
-        self.tuning = None; self.choice.options = []; return
+        self.tuning = None; self._clear()
+        self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"; return
     r = self.tuning.ranking
     if not len(r):
-        self.message.value = _nothing_fits(self.tuning.rejected); self.table.value = ''; self.choice.options = []; return
+        self._clear()
+        self.message.value = _nothing_fits(self.tuning.rejected, f"{self.model.value} on {self.gpus.value} GPUs"); return
     self.table.value = _ranking_html(r)
     self.message.value = f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s"
     self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}", i)
                            for i, x in r.head(_CHOICES).iterrows()]
     self.choice.value = None; self.choice.value = 0
+
+# %% ../nbs/12_playground.ipynb #8d7261ac
+@patch
+def _clear(self:Playground):
+    "No choice: no ranking, no configuration, no form, no memory or breakdown of an earlier choice left on screen."
+    self.table.value = ''
+    self.choice.options = []
+    self.spec = None   # observed: the details, the breakdown and the form go
 
 # %% ../nbs/12_playground.ipynb #e4021dee
 _RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute',
@@ -131,15 +147,17 @@ def _spec_chosen(self:Playground, change):
     "The chosen spec's memory per GPU and predicted breakdown; the callbacks hear of it."
     s = change['new']
     self.slurm_button.disabled = s is None
-    if s is None: return
+    if s is None:
+        self.details.value, self.form = '', None
+        self.slurm_out.clear_output(); replace_figure(self.breakdown, go.Figure()); return
     prof = (self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)).at(s.B)
     mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
     self.details.value = ("<b>Memory per GPU (GiB)</b>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
                           .set_index('rank').div(2**30).round(3).to_html()))
     preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration").update_layout(width=None, autosize=True)
-    with self.breakdown.batch_update():
-        self.breakdown.data = []; self.breakdown.add_traces(list(fig.data)); self.breakdown.layout = fig.layout
+    replace_figure(self.breakdown, fig)
+    if self.form is not None: self.form.set_train(self.to_train_config(steps=self.form.w['steps'].value))   # the form follows the choice
     for fn in self._callbacks: fn(s, self.to_train_config())
 
 # %% ../nbs/12_playground.ipynb #4bf9ae00
@@ -161,11 +179,11 @@ _SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx-pro-6000': 'hpg-rtx6000', 'l4': 'hpg-
 
 @patch
 def slurm_form(self:Playground, **train_kw):
-    "The SLURM launcher's job form for the chosen spec (`train_kw`: training fields, e.g. steps)."
+    "The SLURM launcher's job form for the chosen spec (`train_kw`: training fields, e.g. steps); it follows later choices."
     from chimera_nb.slurm import JobForm
-    form = JobForm(self.to_train_config(**train_kw))
-    form.w['preset'].value = _SLURM_PRESETS.get(self.hardware.value, 'generic')
-    return form
+    self.form = JobForm(self.to_train_config(**train_kw))
+    self.form.w['preset'].value = _SLURM_PRESETS.get(self.hardware.value, 'generic')
+    return self.form
 
 @patch
 def _show_slurm_form(self:Playground):

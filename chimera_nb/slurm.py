@@ -613,91 +613,138 @@ def plot_sweep(df, y:str='samples_per_s', # a column of `collect`'s table
 
 # %% ../nbs/10_slurm.ipynb #9af5a2d3
 _SPEC_FIELDS = ('model', 'schedule', 'D', 'W', 'N', 'B')   # the spec's numbers a job form may change (the rest stays as given)
+_FORM_JOB = ('nodes', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem', 'time', 'partition', 'account', 'qos', 'modules', 'run_dir')
+
+def _form_widgets(train:TrainConfig, j:SlurmJob) -> dict:
+    "The form's controls, showing `train`'s spec and steps and job `j`'s resources."
+    import ipywidgets as W
+    from chimera_nb.schedules import SCHEDULES
+    s, lay, box = train.spec, dict(style={'description_width': '130px'}), dict(min=0, max=65536)
+    text = lambda v, d, w='260px': W.Text(v or '', description=d, layout=W.Layout(width=w, max_width='100%'), **lay)
+    return dict(model=text(s.model, 'model'), schedule=W.Dropdown(options=list(SCHEDULES) + ['custom'], value=s.schedule, description='schedule', **lay),
+        D=W.BoundedIntText(s.D, min=1, max=4096, description='stages (D)', **lay), W=W.BoundedIntText(s.W, min=1, max=65536, description='replicas (W)', **lay),
+        N=W.BoundedIntText(s.N, min=1, max=65536, description='micro-batches (N)', **lay), B=W.BoundedIntText(s.B, min=1, max=2**20, description='micro-batch (B)', **lay),
+        steps=W.BoundedIntText(train.steps, min=1, max=10**9, description='steps', **lay),
+        preset=W.Dropdown(options=list(CLUSTER_PRESETS), value='generic', description='preset', **lay),
+        nodes=W.BoundedIntText(j.nodes, min=1, max=4096, description='nodes', **lay), gpus_per_node=W.BoundedIntText(j.gpus_per_node, description='GPUs per node', **box, **lay),
+        gpu_type=text(j.gpu_type, 'GPU type'), cpus_per_task=W.BoundedIntText(j.cpus_per_task, min=1, max=4096, description='CPUs per task', **lay),
+        mem=text(j.mem, 'memory per node'), time=text(j.time, 'time'), partition=text(j.partition, 'partition'),
+        account=text(j.account, 'account'), qos=text(j.qos, 'qos'), modules=text(', '.join(j.modules), 'modules'),
+        run_dir=text(str(j.run_dir), 'run folder', '480px'))
 
 class JobForm:
     "Widgets for a job: the spec it carries, its steps and resources; Render shows the script, Submit sbatch-es it and watches."
     def __init__(self, train:TrainConfig|None=None, job:SlurmJob|None=None):
         import ipywidgets as W
-        from chimera_nb.schedules import SCHEDULES
         self.train = (job.train if job is not None else None) or train or TrainConfig()
-        j, s, lay = job or SlurmJob(self.train), self.train.spec, dict(style={'description_width': '130px'})
-        self.w = dict(
-            model=W.Text(s.model, description='model', **lay), schedule=W.Dropdown(options=list(SCHEDULES), value=s.schedule, description='schedule', **lay),
-            D=W.BoundedIntText(s.D, min=1, max=4096, description='stages (D)', **lay), W=W.BoundedIntText(s.W, min=1, max=65536, description='replicas (W)', **lay),
-            N=W.BoundedIntText(s.N, min=1, max=65536, description='micro-batches (N)', **lay), B=W.BoundedIntText(s.B, min=1, max=2**20, description='micro-batch (B)', **lay),
-            steps=W.BoundedIntText(self.train.steps, min=1, max=10**9, description='steps', **lay),
-            preset=W.Dropdown(options=list(CLUSTER_PRESETS), value='generic', description='preset', **lay),
-            nodes=W.BoundedIntText(j.nodes, min=1, max=4096, description='nodes', **lay),
-            gpus_per_node=W.BoundedIntText(j.gpus_per_node, min=0, max=64, description='GPUs per node', **lay),
-            time=W.Text(j.time, description='time', **lay), partition=W.Text(j.partition or '', description='partition', **lay),
-            account=W.Text(j.account or '', description='account', **lay), qos=W.Text(j.qos or '', description='qos', **lay),
-            run_dir=W.Text(str(j.run_dir), description='run folder', layout=W.Layout(width='480px'), **lay))
-        self.summary, self.out, self.job, self.watch = W.HTML(), W.Output(), None, None
-        self._auto_dir = str(j.run_dir) if job is None else None   # the folder follows the spec until the user types one
+        self.base = job or SlurmJob(self.train)   # what the form does not show travels with the job as given
+        self.w = _form_widgets(self.train, self.base)
+        self.summary, self.status, self.script, self.watch_box = W.HTML(), W.HTML(), W.HTML(), W.VBox()
+        self.job, self.watch, self._quiet = None, None, False
+        self._auto_dir = str(self.base.run_dir) if job is None else None   # the folder follows the spec until the user types one
         self.render_btn, self.submit_btn = W.Button(description='Render'), W.Button(description='Submit', button_style='warning')
         self.render_btn.on_click(lambda _: self.show()); self.submit_btn.on_click(lambda _: self.submit())
-        for k in _SPEC_FIELDS: self.w[k].observe(self._spec_changed, 'value')
+        for k in (*_SPEC_FIELDS, 'steps'): self.w[k].observe(self._spec_changed, 'value')
+        for k in _FORM_JOB: self.w[k].observe(self._job_changed, 'value')
         self.w['preset'].observe(self._preset, 'value')
-        v = list(self.w.values())
-        self.widget = W.VBox([self.summary, W.HBox([W.VBox(v[:7]), W.VBox(v[7:])], layout=W.Layout(flex_flow='row wrap')),
-                              W.HBox([self.render_btn, self.submit_btn]), self.out])
+        v, wrap = list(self.w.values()), W.Layout(flex_flow='row wrap')
+        self.widget = W.VBox([self.summary, W.HBox([W.VBox(v[:7]), W.VBox(v[7:])], layout=wrap),
+                              W.HBox([self.render_btn, self.submit_btn]), self.status, self.script, self.watch_box])
         self._spec_changed()
 
 # %% ../nbs/10_slurm.ipynb #d6c67543
 @patch
 def _spec_changed(self:JobForm, change=None):
-    "Rebuild the spec from the changed fields (the rest kept); say what is wrong instead when it cannot run."
+    "Rebuild the spec from the changed fields (the rest kept); then check the whole job."
+    if self._quiet: return
     v = {k: self.w[k].value for k in _SPEC_FIELDS}
-    try: self.train = self.train.replace(**{k: x for k, x in v.items() if x != getattr(self.train.spec, k)})
-    except (SpecError, TypeError) as e:
-        self.summary.value = f"<div style='color:#b00020'><b>spec:</b> {html.escape(str(e))}</div>"; return
-    s = self.train.spec
-    self.summary.value = (f"<div><b>spec</b> <code>{s.key()}</code>: {html.escape(str(s).split(' (key')[0])} — "
-                          f"{s.world_size} ranks = nodes × GPUs per node</div>")
+    try: self.train = self.train.replace(steps=self.w['steps'].value, **{k: x for k, x in v.items() if x != getattr(self.train.spec, k)})
+    except (SpecError, TypeError, ValueError) as e: return self._invalid('spec', e)
     if self._auto_dir is not None and self.w['run_dir'].value == self._auto_dir:
         self._auto_dir = self.w['run_dir'].value = SlurmJob(self.train).run_dir
     if self.w['preset'].value != 'generic': self._preset(dict(new=self.w['preset'].value))
+    self._job_changed()
+
+@patch
+def _invalid(self:JobForm, what:str, e:Exception):
+    "Say what cannot run; no Render or Submit, no stale script."
+    self.summary.value = f"<div style='color:#b00020'><b>{what}:</b> {html.escape(str(e))}</div>"
+    self.render_btn.disabled = self.submit_btn.disabled = True
+    self.script.value = ''
+
+@patch
+def _job_changed(self:JobForm, change=None):
+    "Check the job as a submit would; enable Render and Submit only for one that passes."
+    if self._quiet: return
+    try: self.job_description()
+    except (SpecError, TypeError, ValueError) as e: return self._invalid('job', e)
+    s = self.train.spec
+    self.summary.value = (f"<div><b>spec</b> <code>{s.key()}</code>: {html.escape(str(s).split(' (key')[0])} — "
+                          f"{s.world_size} ranks = nodes × GPUs per node</div>")
+    self.render_btn.disabled = self.submit_btn.disabled = False
+    self.script.value = ''   # a script shown is the job as it was: Render again for this one
 
 @patch
 def _preset(self:JobForm, change):
-    "A preset's partition, and the fullest nodes that hold exactly W x D ranks."
-    p, world = CLUSTER_PRESETS[change['new']], self.train.world_size
-    if 'partition' in p: self.w['partition'].value = p['partition']
-    if p.get('gpus_per_node'):
-        nodes, per = layouts(world, p['gpus_per_node'])[0]
-        self.w['gpus_per_node'].value, self.w['nodes'].value = per, nodes
+    "A preset's resources (the generic one: the job's defaults), and the fullest nodes that hold exactly W x D ranks."
+    p, world = {**{k: getattr(SlurmJob(self.train), k) for k in _PRESETABLE}, **CLUSTER_PRESETS[change['new']]}, self.train.world_size
+    self._quiet = True
+    try:
+        for k, v in p.items(): self.w[k].value = ', '.join(v) if k == 'modules' else (v or '') if isinstance(self.w[k].value, str) else v
+        if p.get('gpus_per_node'):
+            nodes, per = layouts(world, p['gpus_per_node'])[0]
+            self.w['gpus_per_node'].value, self.w['nodes'].value = per, nodes
+    finally: self._quiet = False
+    self._job_changed()
+
+_PRESETABLE = ('partition', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem', 'modules')
 
 # %% ../nbs/10_slurm.ipynb #d0db9c16
 @patch
 def job_description(self:JobForm) -> SlurmJob:
-    "The `SlurmJob` the form describes (checked)."
+    "The `SlurmJob` the form describes (checked as `check_job` does): the base job with the form's fields."
     v = {k: w.value for k, w in self.w.items()}
-    train = self.train.replace(steps=v['steps'])
-    res = {k: (v[k] or None) for k in ('partition', 'account', 'qos')}
-    return preset(v['preset'], train, nodes=v['nodes'], gpus_per_node=v['gpus_per_node'], time=v['time'], run_dir=v['run_dir'], **res)
+    res = {k: (v[k].strip() or None) for k in ('partition', 'account', 'qos', 'gpu_type', 'mem')}
+    mods = tuple(m.strip() for m in v['modules'].split(',') if m.strip())
+    job = dataclasses.replace(self.base, train=self.train, nodes=v['nodes'], gpus_per_node=v['gpus_per_node'], cpus_per_task=v['cpus_per_task'],
+                              time=v['time'].strip(), run_dir=v['run_dir'].strip(), modules=mods, **res)
+    return check_job(job)
 
 # %% ../nbs/10_slurm.ipynb #0fb3f3a1
 @patch
 def show(self:JobForm) -> str|None:
-    "Render into the output area; the script, or None (the reason is shown)."
-    self.out.clear_output()
-    with self.out:
-        try: s = render(self.job_description())
-        except (ValueError, TypeError) as e: print(f"cannot render: {e}"); return None
-        print(s)
+    "Render the script where the user sees it; the script, or None (why is said above it)."
+    from chimera_nb.checkpoint import RunComplete
+    try: s = check_submission(self.job_description())   # every check a submit makes, the run folder's too
+    except (SpecError, ValueError, TypeError, RunComplete) as e: self._invalid('job', e); return None
+    self.script.value = (f"<details open><summary>job.sh ({s.count(chr(10))} lines)</summary>"
+                         f"<pre style='font-size:11px;overflow-x:auto;max-width:100%'>{html.escape(s)}</pre></details>")
     return s
 
 # %% ../nbs/10_slurm.ipynb #7da51ca5
 @patch
 def submit(self:JobForm):
-    "Submit the job and watch it below the form."
+    "Submit the job and watch it below the form; a refusal (sbatch's, or a finished run's) is said first, in one line."
+    from chimera_nb.checkpoint import RunComplete
     if self.show() is None: return None
-    with self.out:
-        try: self.job = submit(self.job_description())
-        except (SlurmError, ValueError) as e: print(e); return None
-        print(f"submitted {self.job.job_id}")
-        self.watch = self.job.watch(); from IPython.display import display; display(self.watch.widget)
+    say = lambda msg, color='#b00020': setattr(self.status, 'value', f"<div style='color:{color}'>{html.escape(msg)}</div>")
+    try: self.job = submit(self.job_description())
+    except RunComplete as e: return say(f"{e}: not submitted", '#555')
+    except (SlurmError, SpecError, ValueError) as e: return say(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    say(f"submitted job {self.job.job_id}; run folder {self.job.run_dir}", '#1b5e20')
+    self.watch = self.job.watch(); self.watch_box.children = [self.watch.widget]
     return self.job
+
+@patch
+def set_train(self:JobForm, train:TrainConfig):
+    "Show another run (the app's new choice): its spec and steps in the fields, the resources kept."
+    self._quiet = True
+    try:
+        for k in _SPEC_FIELDS: self.w[k].value = getattr(train.spec, k)
+        self.w['steps'].value = train.steps
+    finally: self._quiet = False
+    self.train = train
+    self._spec_changed()
 
 @patch
 def _ipython_display_(self:JobForm):

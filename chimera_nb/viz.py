@@ -7,10 +7,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 # %% auto #0
 __all__ = ['GLOSSARY', 'EXPORTS', 'pct', 'cost_label', 'remember_theme', 'resolve_theme', 'plot_timeline', 'plot_memory',
            'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image', 'to_chrome_trace',
-           'plot_breakdown', 'export_schedule']
+           'plot_breakdown', 'replace_figure', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
-import colorsys, contextlib, json, logging, os, shutil
+import colorsys, contextlib, copy, json, logging, os, shutil
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
@@ -644,6 +644,23 @@ def plot_breakdown(preds:list, # perf_model.Prediction objects
     fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k) for k in preds[0].breakdown._fields])
     fig.update_layout(barmode='stack', title=title, yaxis_title='ms per iteration', template='plotly_white', height=380)
     return fig
+
+# %% ../nbs/02_viz.ipynb #9f0da20d
+def replace_figure(fw:go.FigureWidget, # a displayed figure widget
+                   fig:go.Figure, # what it should show now
+                  ) -> go.FigureWidget:
+    """Redraw `fw` with the traces and layout of `fig` (layout properties `fig` lacks are reset, so none stay stale), and keep
+    the widget's saved state in step: a reloaded page draws this figure, not the first one."""
+    stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
+    if stale: fw.plotly_relayout({k: None for k in stale})   # while the old layout still has them
+    with fw.batch_update():
+        fw.data = []
+        fw.add_traces(list(fig.data))
+        fw.layout = fig.layout
+    # plotly sets the state a page rebuilds a FigureWidget from only at creation and display, and sends later changes as
+    # messages: without this a reloaded page draws the first figure (a stale timeline, an empty breakdown)
+    fw._widget_data, fw._widget_layout = copy.deepcopy(fw._data), copy.deepcopy(fw._layout_obj._props)
+    return fw
 
 # %% ../nbs/02_viz.ipynb #6f01f748
 EXPORTS = {'text': '.txt', 'csv': '.csv', 'torch-csv': '.torch.csv', 'trace': '.trace.json'}

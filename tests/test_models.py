@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 from chimera_nb.launch import launch_local
-from chimera_nb.models import build, to_stages, PRESETS, parameter_count
+from chimera_nb.models import build, to_stages, parameter_count
+from chimera_nb.catalog import PRESETS
 from chimera_nb.partition import Stage
 from chimera_nb.memory import memory_estimate
 from chimera_nb.profile import profile_layers
