@@ -20,8 +20,8 @@ from .checks import check_number
 
 # %% ../nbs/01_simulate.ipynb #f1e00011
 def sig3(x:float) -> str:
-    "`x` rounded to 3 significant digits, without exponent from 1,000 up (`18`, `0.333`, `12,300`)."
-    v = float(f"{x:.3g}")
+    "`x` rounded to 3 significant digits, without exponent from 1,000 up (`18`, `0.333`, `12,300`); rounding noise is 0."
+    v = float(f"{x:.3g}") if abs(x) >= 1e-12 else 0.0   # below any cost, time or byte count shown: the float sums' residue
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:g}"
 
 # %% ../nbs/01_simulate.ipynb #49841113
@@ -175,7 +175,8 @@ def bubble_ratio(self:Timeline) -> float:
     "Idle fraction of the ranks' compute time over the compute makespan."
     span = self.compute_makespan
     if span <= 0: return 0.0
-    return 1 - sum(self.busy(r) for r in range(self.num_ranks)) / (self.num_ranks * span)
+    b = 1 - sum(self.busy(r) for r in range(self.num_ranks)) / (self.num_ranks * span)
+    return 0.0 if abs(b) < 1e-9 else b   # a schedule without bubbles is 0, not the float sums' rounding noise (-8.9e-14)
 
 # %% ../nbs/01_simulate.ipynb #s2010019
 @patch

@@ -331,7 +331,9 @@ def submit(job:SlurmJob, # the job
     if dry_run: return run / 'job.sh'
     try:
         p = subprocess.run([_need('sbatch'), '--parsable', str(run / 'job.sh')], capture_output=True, text=True, timeout=120, env=_submit_env())
-        if p.returncode != 0: raise SlurmError(f"sbatch refused the job: {(p.stderr or p.stdout).strip()}")
+        if p.returncode != 0:   # one line: sbatch says why in one or two "sbatch: error:" lines
+            why = '; '.join(l.strip().removeprefix('sbatch: error: ') for l in (p.stderr or p.stdout).splitlines() if l.strip())
+            raise SlurmError(f"sbatch refused the job: {why}")
     except BaseException:   # nothing submitted: leave nothing behind (render(job) shows the script)
         (run / 'job.sh').unlink(missing_ok=True)
         if made and not any(run.iterdir()): run.rmdir()

@@ -27,10 +27,12 @@ _KIND_LIGHTNESS = {'F': 0.75, 'B': 0.38, 'W': 0.56}
 _KIND_NAMES = {'F': 'forward', 'B': 'backward', 'W': 'weight-grad'}
 
 def _pipe_name(pipe:int, num_pipes:int=2) -> str:
-    "Legend name of `pipe` by its direction: `down ↓` / `up ↑`, numbered for 2k pipes (`down 0 ↓`); empty for one pipe."
+    "Legend name of `pipe` by its direction: `down ↓` / `up ↑`; for 2k pipes with the letter its actions carry (`down e ↓`: `F0.e0`)."
     if num_pipes <= 1: return ''
     d = ('down', '↓') if pipe % 2 == 0 else ('up', '↑')
-    return f"{d[0]} ↓".replace('↓', d[1]) if num_pipes <= 2 else f"{d[0]} {pipe // 2} {d[1]}"
+    if num_pipes <= 2: return f"{d[0]} {d[1]}"
+    try: return f"{d[0]} {pipe_tag(pipe)} {d[1]}"
+    except ValueError: return f"{d[0]} {pipe // 2} {d[1]}"   # past the lettered pipes: numbered, as the bars (`p14m0`)
 
 def _bar_color(kind:str, pipe:int=0, microbatch:int=0) -> str:
     "Hex colour of an action: hue by `pipe`, lightness by `kind`, a small shade step by `microbatch`."
@@ -60,8 +62,8 @@ def _action_name(kind:str, stage:int, pipe:int, microbatch:int) -> str:
     except ValueError: return f"{kind}{stage}.p{pipe}m{microbatch}"
 
 def pct(x:float) -> str:
-    "A ratio as a percentage with 3 significant digits (`11.1%`, `0.5%`)."
-    return f"{100 * x:.3g}%"
+    "A ratio as a percentage with 3 significant digits (`11.1%`, `0.5%`); below 0.0001% it is 0%, not rounding noise."
+    return f"{100 * x:.3g}%" if abs(x) >= 1e-6 else '0%'
 
 # %% ../nbs/02_viz.ipynb #9105a006
 def cost_label(costs:Costs, split:bool=False) -> str:
@@ -641,7 +643,8 @@ def plot_breakdown(preds:list, # perf_model.Prediction objects
                    title:str='Where the iteration goes'):
     "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce (ms)."
     names = [f"{p.label} W={p.W} D={p.D} B={p.B} ({p.method})" for p in preds]
-    fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k) for k in preds[0].breakdown._fields])
+    fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k,
+                            hovertemplate=f'%{{x}}<br>{k}: %{{y:.3g}} ms<extra></extra>') for k in preds[0].breakdown._fields])
     fig.update_layout(barmode='stack', title=title, yaxis_title='ms per iteration', template='plotly_white', height=380)
     return fig
 
