@@ -509,3 +509,72 @@ def test_explorer_survives_reload(lab, tmp_path):
             raise
         finally:
             browser.close()
+
+
+@pytest.fixture
+def cpu_hog():
+    "A process burning one core beside the browser for the test's length: the reload must not depend on a fast machine."
+    hog = subprocess.Popen([sys.executable, '-c', 'while True: pass'], start_new_session=True)
+    try: yield hog
+    finally:
+        hog.kill(); hog.wait(10)
+
+
+PLAYGROUND_RELOAD = {**NOTEBOOK, "cells": [
+    {"cell_type": "code", "execution_count": None, "id": "app", "metadata": {}, "outputs": [],
+     "source": "from chimera_nb.playground import Playground\napp = Playground('bert-48', 'b200', 8, 64, micro_batch_sizes=(4,))\napp.tune()\napp"}]}
+
+
+def _playground_state(page) -> dict:
+    "What the playground's widgets show: the ranking's rows, the explorer's controls and bars, the memory table, the breakdown, the form."
+    ex = page.locator('.chimera-explorer')
+    sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
+    box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
+    titles = page.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
+    form = page.locator('.widget-text', has_text='run folder').locator('input')
+    return dict(rows=page.locator('.widget-html table').first.locator('tbody tr').count(),
+                controls=(sel('schedule'), box('D (stages)'), box('N (micro-batches)')),
+                bars=ex.locator('.js-plotly-plot').first.locator('.barlayer path').count(),
+                memory='Memory per GPU' in page.locator('.jp-OutputArea').first.inner_text(),
+                breakdown=[t for t in titles if 'predicted iteration' in t],
+                form=form.input_value() if form.count() else None)
+
+
+def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_hog):
+    "Choose a row, open its SLURM form, reload the page with a core busy: the ranking, explorer, memory, breakdown and form come back as chosen."
+    (lab['root'] / 'playground-reload.ipynb').write_text(json.dumps(PLAYGROUND_RELOAD))
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page, errors = _open(browser, lab, 'playground-reload.ipynb')
+            _run_all(page)
+            choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
+            _wait(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 180, 'the ranking')
+            options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
+            label = next(o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o)
+            choice.select_option(index=options.index(label))   # not the first row: a reload must not fall back to it
+            bars = _expected_bars('zb-h1', 4, 8)
+            chosen = lambda s: (s['controls'] == ('zb-h1', '4', '8') and s['bars'] == bars and s['memory']
+                                and any('zb-h1' in t for t in s['breakdown']))
+            _wait(page, _playground_state, chosen, 120, 'the choice')
+            page.locator('button', has_text='SLURM job').click()
+            _wait(page, _playground_state, lambda s: (s['form'] or '').startswith('runs/zb-h1-bert-48-W2D4'), 60, 'the form')
+            before = _playground_state(page)
+            page.keyboard.press('Control+s')
+            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+
+            page.reload()
+            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=120_000)
+            after = _wait(page, _playground_state, lambda s: chosen(s) and s['form'] == before['form'] and s['rows'] == before['rows'],
+                          120, 'every widget redrawn from its model')
+            _shot(page, tmp_path, 'playground-reloaded.png', full=True)
+            assert not [e for e in errors if 'Failed to initialize' in e or 'model not found' in e], errors
+            print(f"before {before}\nafter  {after}\nscreenshots in {tmp_path}")
+        except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
+            try: _shot(page, tmp_path, 'playground-reload-failure.png')
+            except Exception: pass
+            raise
+        finally:
+            browser.close()
