@@ -9,9 +9,10 @@ def test_readme_names_the_demos_files():
     readme = (ROOT / 'README.md').read_text() + (ROOT / 'nbs' / 'index.ipynb').read_text()
     named = set(re.findall(r'out/demo-metrics[\w.-]*', readme))
     import inspect
-    src = inspect.getsource(__import__('chimera_nb.report', fromlist=['summarize']).summarize)
+    report = __import__('chimera_nb.report', fromlist=['summarize'])
+    src = inspect.getsource(report.summarize)
     written = {'out/demo-metrics.jsonl', 'out/demo-metrics-timeline.html', 'out/demo-metrics-summary.json'}
-    assert "'-timeline.html'" in src and "'-summary.json'" in src   # how the summary names them
+    assert "'-timeline.html'" in src and str(report.summary_path('out/demo-metrics.jsonl')) in written   # how the summary names them
     assert named and named <= written, named - written
 
 

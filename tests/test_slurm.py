@@ -24,6 +24,7 @@ def TC(**kw) -> TrainConfig:
 from chimera_nb.slurm import (SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL, submit_sweep, schedule_configs,
                               plot_sweep)
 from chimera_nb.cli import slurm_main as cli
+from chimera_nb.checkpoint import RunComplete
 
 REPO = str(Path(__file__).resolve().parent.parent)
 pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
@@ -190,12 +191,18 @@ def test_gpus_without_cuda_fail_at_once_with_the_reason(jobs, cluster):
 
 
 @pytest.mark.timeout(180)
-def test_resubmitting_into_a_folder_with_checkpoints(jobs, cluster, tmp_path):
+def test_resubmitting_into_a_folder_with_checkpoints(jobs, cluster, tmp_path, capsys):
     job = jobs['train']
     assert job.wait(timeout=170, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     same = TrainConfig.load(job.run_dir / 'run.toml')
-    with pytest.warns(UserWarning, match='holds checkpoints up to step 6: this job resumes them'):
+    with pytest.raises(RunComplete, match='is complete: step 6 of 6'):   # the finished run again: nothing to submit
         submit(dataclasses.replace(_job(job.run_dir.parent, 'train', same, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'),
+               dry_run=True)
+    assert cli(['submit', '--run-dir', str(job.run_dir), '--dry-run', '--', '--config', str(job.run_dir / 'run.toml')]) == 0   # no failure
+    assert 'is complete: step 6 of 6' in capsys.readouterr().err
+    more = same.replace(steps=9, resume_anyway='steps')                  # the same run, longer: it resumes its checkpoints
+    with pytest.warns(UserWarning, match='holds checkpoints up to step 6: this job resumes them'):
+        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', more, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'),
                dry_run=True)
     with pytest.raises(ValueError, match=r'lr, steps differ.*fresh run folder'):
         submit(_job(job.run_dir.parent, 'train', same.replace(steps=9, lr=1e-4), gpus_per_node=4, gpu_type='fake', allow_cpu=True), dry_run=True)

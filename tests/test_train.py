@@ -4,6 +4,7 @@ process starts, and the chimera-train command."""
 import json, math, os, signal, subprocess, sys, time
 from pathlib import Path
 import pytest
+from chimera_nb.checkpoint import RunComplete
 import torch
 from chimera_nb.train import train
 from chimera_nb.spec import EXIT_REQUEUE
@@ -182,8 +183,9 @@ def test_resume_refuses_another_configuration_unless_named(tmp_path, capfd):
     assert time.monotonic() - t < 5   # before any process starts
     res = train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, resume_anyway='steps,lr,seed'))
     assert [s for s, _ in res.losses] == [2, 3] and 'resumed from step 2' in capfd.readouterr().out
-    done = train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, metrics=str(tmp_path / 'm2.jsonl')))
-    assert done.losses == [] and done.summary['steps'] == 0 and done.summary['mean_step_s'] is None   # nothing left to run: no crash
+    with pytest.raises(RunComplete, match='is complete: step 4 of 4'):   # nothing left to run: said, before any process starts
+        train(TC(**{**SMALL, 'lr': 1e-4}, steps=4, seed=7, checkpoint_dir=ck, resume=True, metrics=str(tmp_path / 'm2.jsonl')))
+    assert not (tmp_path / 'm2.jsonl').exists()
     for broken in ('[]', 'null', '{"format": 2}', '{"format": 2, "step": 4, "world": 2, "config": {}, "files": {"a": {}}}'):
         d = Path(ck) / 'step_00000009'; d.mkdir(exist_ok=True); (d / 'manifest.json').write_text(broken)
         from chimera_nb.checkpoint import latest_checkpoint
