@@ -634,6 +634,7 @@ def _form_widgets(train:TrainConfig, j:SlurmJob) -> dict:
         account=text(j.account, 'account'), qos=text(j.qos, 'qos'), modules=text(', '.join(j.modules), 'modules'),
         run_dir=text(str(j.run_dir), 'run folder', '480px'))
 
+# %% ../nbs/10_slurm.ipynb #7bd0982d
 class JobForm:
     "Widgets for a job: the spec it carries, its steps and resources; Render shows the script, Submit sbatch-es it and watches."
     def __init__(self, train:TrainConfig|None=None, job:SlurmJob|None=None):
@@ -686,6 +687,9 @@ def _job_changed(self:JobForm, change=None):
     self.render_btn.disabled = self.submit_btn.disabled = False
     self.script.value = ''   # a script shown is the job as it was: Render again for this one
 
+# %% ../nbs/10_slurm.ipynb #22b308ad
+_PRESETABLE = ('partition', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem', 'modules')   # what a preset sets
+
 @patch
 def _preset(self:JobForm, change):
     "A preset's resources (the generic one: the job's defaults), and the fullest nodes that hold exactly W x D ranks."
@@ -698,8 +702,6 @@ def _preset(self:JobForm, change):
             self.w['gpus_per_node'].value, self.w['nodes'].value = per, nodes
     finally: self._quiet = False
     self._job_changed()
-
-_PRESETABLE = ('partition', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem', 'modules')
 
 # %% ../nbs/10_slurm.ipynb #d0db9c16
 @patch
