@@ -9,16 +9,14 @@ JUPYTER_CFG := $(HOME)/.jupyter/jupyter_server_config.py
 
 .PHONY: install data demo test export check bench readme docs
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml tools/jupyter_save_hook.py
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -m pip install -q -e ".[dev,data]"
-	@# nbdev's Jupyter save hook (what nbdev-install-hooks writes, without its git drivers): the project's notebooks are
-	@# saved clean (pyproject: jupyter_hooks, clear_all), so running one leaves git status clean
-	@mkdir -p $(HOME)/.jupyter; grep -qs nbdev_clean_jupyter $(JUPYTER_CFG) || printf '%s\n' '' 'def nbdev_clean_jupyter(**kwargs):' \
-	  '    try: from nbdev.clean import clean_jupyter' '    except ModuleNotFoundError: return' '    clean_jupyter(**kwargs)' '' \
-	  'c.ContentsManager.pre_save_hook = nbdev_clean_jupyter' >> $(JUPYTER_CFG)
+	@# nbdev's Jupyter save hook (what nbdev-install-hooks writes, without its git drivers), for the source notebooks (nbs/)
+	@# only: they are saved clean (pyproject: jupyter_hooks, clear_all), while a user's own notebook keeps its outputs
+	@mkdir -p $(HOME)/.jupyter; grep -qs chimera_nb_clean_jupyter $(JUPYTER_CFG) || cat tools/jupyter_save_hook.py >> $(JUPYTER_CFG)
 	touch $@
 
 # packages that only carry data (R8 / 20 Newsgroups, a pretrained BERT, GPT-2's BPE): their files, not their dependencies.

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 from .schedules import SCHEDULES, all_options, make_schedule
 from .ir import Schedule
 from .simulate import Costs, Timeline, simulate, closed_form
+from .program import lower, resolve_sync
 from .spec import PipelineSpec
 from .checks import SpecError
 from .viz import (plot_timeline, plot_memory, compare, save_html, save_image, export_schedule, find_chromium,
@@ -49,8 +50,9 @@ def _weight_copies(s:Schedule) -> float:
     "The most weights a rank holds, in one stage of D equal stages (Chimera 2k pipes: 2k; interleaved: 1)."
     return max(len(s.stages_of(r)) for r in range(s.num_ranks)) * s.stage_fraction
 
-def _variant_hint(spec:PipelineSpec, costs:Costs, makespan:float) -> str:
-    "One line naming the variant of the spec's schedule (one option changed) that is shortest under `costs`, when it beats `makespan` by more than 1%."
+def _variant_hint(spec:PipelineSpec, makespan_of, # spec -> its simulated makespan (the explorer's costs)
+                  makespan:float, unit:str='') -> str:
+    "One line naming the variant of the spec's schedule (one option changed) that is shortest, when it beats `makespan` by more than 1%."
     best, kind, own = None, SCHEDULES.get(spec.schedule), _weight_copies(spec.make())
     for opts in kind.variants_at(spec.D) if kind else []:
         if sum(v != getattr(spec, k) for k, v in opts.items()) != 1: continue   # one change at a time: the hint names it
@@ -59,12 +61,13 @@ def _variant_hint(spec:PipelineSpec, costs:Costs, makespan:float) -> str:
         s = v.make()
         if s.microbatch_scale != 1: continue   # half-size micro-batches look free in unit costs, but run below the device's best B (paper §3.5)
         if _weight_copies(s) > own: continue    # a hint trades no memory for time: more pipes hold more weights
-        m = simulate(s, costs).makespan
+        try: m = makespan_of(v)
+        except ValueError: continue   # e.g. a profile's costs for a stage count the model cannot be cut into
         if m < makespan * 0.99 and (best is None or m < best[1]): best = (v, m)
     if best is None: return ''
     v, m = best
     change = ', '.join(f'{k} = {x}' for k, x in v.options.items() if getattr(spec, k) != x)
-    return f"Hint: {v.label} draws this in {m:.3g} ({1 - m / makespan:.0%} shorter): choose {change}."
+    return f"Hint: {v.label} draws this in {m:.3g}{' ' + unit if unit else ''} ({1 - m / makespan:.0%} shorter): choose {change}."
 
 # %% ../nbs/02a_explore.ipynb #1e75872f
 import anywidget, traitlets
@@ -236,6 +239,7 @@ class Explorer(W.VBox):
         self.search_box, self.search_result = W.VBox([]), None   # the searched order beside the best fixed one, after a search
         self.message, self.metrics, self.note, self.saved, self.probe = W.HTML(), W.HTML(), W.HTML(), W.HTML(), PageProbe()
         self.fig = self.memfig = self.current = self.timeline = self.error = self.render_seconds = self.total_seconds = None
+        self.costs_of, self._overlaps = None, False   # use_costs: a profile's costs instead of the controls'
         self.seconds, self.width, self._memory, self.redraws, self._t_start, self._busy, self._syncing = 0.0, width, memory, 0, 0.0, False, False
         self.controls = list(self.spec_controls.values()) + [self.forward, self.backward, self.weight, self.p2p, self.allreduce, self.theme]
         super().__init__()
@@ -297,9 +301,26 @@ def options(self:Explorer) -> dict:
     return self.spec.options
 
 @patch
-def costs(self:Explorer) -> Costs:
-    "The costs the controls say."
+def costs(self:Explorer, spec:PipelineSpec|None=None) -> Costs:
+    "The costs of `spec` (default: the drawn one): `use_costs`' function when one is set (a profile's seconds), else the controls'."
+    if self.costs_of is not None: return self.costs_of(spec or self.spec)
     return Costs(self.forward.value, self.backward.value, self.weight.value, p2p=self.p2p.value, allreduce=self.allreduce.value)
+
+@patch
+def _simulated(self:Explorer, spec:PipelineSpec) -> Timeline:
+    "`spec` simulated under its costs; with a profile's costs, lowered for its W replicas and sync as the prediction is."
+    s = spec.make()
+    return simulate(lower(s, resolve_sync(spec.sync, self._overlaps), spec.W) if self.costs_of is not None else s, self.costs(spec))
+
+@patch
+def use_costs(self:Explorer, fn, # spec -> Costs, e.g. of `perf_model.predicted_costs`; None: the cost controls again
+              overlaps:bool=False, # whether all-reduces overlap the compute there (a profile's `comm_overlaps`): resolves the spec's sync
+             ):
+    "Draw with `fn(spec)`'s costs instead of the cost controls (hidden meanwhile): a profile's timeline, in seconds."
+    if fn is not None and not callable(fn): raise TypeError(f"use_costs takes a function of the spec, got {type(fn).__name__}")
+    self.costs_of, self._overlaps = fn, overlaps
+    self._rows[1].layout.display = 'none' if fn is not None else None
+    self.redraw()
 
 # %% ../nbs/02a_explore.ipynb #7ce39e74
 @patch
@@ -337,7 +358,7 @@ def _status(self:Explorer, timing:str):
     try: cf = closed_form(name, sp.D, sp.N, self.costs(), **self.options()).get('bubble') if not sp.recompute else None
     except (ValueError, TypeError): cf = None
     ab = lambda t: f"<abbr title='{html.escape(GLOSSARY[t])}'>{t}</abbr>"   # the glossary on hover
-    self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{sig3(tl.makespan)}</b> cost units · bubble ratio "
+    self.metrics.value = (f"<span style='font-family:monospace'>makespan <b>{sig3(tl.makespan)}</b> {tl.meta.get('unit', 'cost units')} · bubble ratio "
                           f"<b>{pct(tl.bubble_ratio)}</b>" + (f" (closed form {pct(cf)})" if cf is not None else '')
                           + f" · peak activations {sig3(min(peaks))}–{sig3(max(peaks))} {ab('Ma')} · weights "
                           f"{sig3(max(tl.weight_copies))} {ab('Mθ')} · {len(tl.events)} events · Python {self.seconds * 1000:.0f} ms · "
@@ -354,7 +375,7 @@ def redraw(self:Explorer):
     if bad: return self._fail(bad)
     try:
         s = sp.make()
-        tl = simulate(s, self.costs())
+        tl = self._simulated(sp)
         self.redraws += 1
         meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
         fig = plot_timeline(tl, theme=self.theme.value, costs=self.costs())   # tall enough for its whole legend
@@ -370,7 +391,7 @@ def redraw(self:Explorer):
     else:
         replace_figure(self.fig, figs[0])
         if self._memory: replace_figure(self.memfig, figs[1])
-    notes = [n for n in (_bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), _variant_hint(sp, self.costs(), tl.makespan)) if n]
+    notes = [n for n in (_bubble_note(name, sp.D, sp.N, tl, self.costs(), self.options()), _variant_hint(sp, lambda v: self._simulated(v).makespan, tl.makespan, tl.meta.get('unit', ''))) if n]
     self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
     if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.search_box, self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None

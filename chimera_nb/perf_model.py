@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/perf_model.html.md"""
 
 # %% auto #0
 __all__ = ['BOUNDS', 'dependency_times', 'critical_path', 'ShapeInfo', 'shape_info', 'allreduce_time', 'group_allreduce_time',
-           'busy_crossings', 'unoverlapped', 'Breakdown', 'Prediction', 'stage_times', 'tie_time', 'predict',
-           'predict_bound', 'predict_memory', 'state_memory', 'cross_check', 'predict_spec', 'calibrate']
+           'busy_crossings', 'unoverlapped', 'Breakdown', 'Prediction', 'stage_times', 'tie_time', 'predicted_costs',
+           'predict', 'predict_bound', 'predict_memory', 'state_memory', 'cross_check', 'predict_spec', 'calibrate']
 
 # %% ../nbs/08_perf_model.ipynb #e156e70a
 import collections, dataclasses, datetime, json, math, numbers, os, platform, statistics, time
@@ -291,6 +291,16 @@ def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
     if s.split_backward: b, w = (list(v) for v in zip(*map(split_times, sp)))
     else: b, w = [p.backward_s for p in sp], 0.0
     return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
+
+# %% ../nbs/08_perf_model.ipynb #6b92913e
+def predicted_costs(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
+                    schedule:Schedule, # what runs
+                    dp:int=1, # W: data-parallel replicas of the pipeline
+                   ) -> Costs:
+    "The costs `predict` simulates `schedule` with, in seconds: draw them (`simulate`, the explorer) to see its timeline in time."
+    _check_schedule_fits(schedule, profile, dp)
+    sp, ar, c = _stage_terms(schedule, profile, dp)
+    return dataclasses.replace(_costs(schedule, sp, ar, c), unit='s')
 
 # %% ../nbs/08_perf_model.ipynb #bb080009
 _RAN = {}

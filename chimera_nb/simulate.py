@@ -43,6 +43,7 @@ class Costs:
     allreduce: float|Sequence = 0.0 # gradient all-reduce time of one stage among its replicas
     recompute: float = 1.0          # forwards added to a backward under recomputation (0: not counted)
     optimizer: float = 0.0          # optimizer step at the end of the iteration
+    unit: str = 'cost units'        # what the times are in: 's' for a profile's seconds (`perf_model.predicted_costs`)
 
     def __post_init__(self):
         for name in ('forward', 'backward', 'weight', 'allreduce'):
@@ -53,6 +54,7 @@ class Costs:
                     tuple(_check_time(x, f"{name}[{i}]") for i, x in enumerate(v)))
         for name in ('p2p', 'p2p_bytes', 'recompute', 'optimizer'): setattr(self, name, _check_time(getattr(self, name), name))
         self.bandwidth = _check_time(self.bandwidth, 'bandwidth', positive=True, allow_inf=True)
+        if self.unit not in ('cost units', 's'): raise ValueError(f"Costs.unit must be 'cost units' or 's', got {self.unit!r}")
 
 # %% ../nbs/01_simulate.ipynb #s2010005
 @patch
@@ -371,7 +373,8 @@ def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered
             sim.resolve_allreduces()
             todo = [r for r in range(sim.n) if sim.pos[r] < len(schedule.ranks[r])]
     if todo: raise sim.deadlock()
-    return Timeline.from_schedule(schedule.schedule, sim.events, sync=schedule.sync)
+    unit = {} if costs is None or costs.unit == 'cost units' else dict(unit=costs.unit)   # seconds say so (viz labels its axes)
+    return Timeline.from_schedule(schedule.schedule, sim.events, sync=schedule.sync, **unit)
 
 # %% ../nbs/01_simulate.ipynb #3c0d3a35
 def order_peak_memory(s:Schedule, # each rank's actions in the order it runs them

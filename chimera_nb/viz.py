@@ -91,8 +91,8 @@ def _t0(tl:Timeline) -> float:
     return min((e.start for e in tl.events), default=0.0)
 
 def _time_unit(tl:Timeline) -> str:
-    "Unit of a timeline's times: seconds when measured, cost units when simulated."
-    return 's' if tl.source in ('measured', 'emulated') else 'cost units'
+    "Unit of a timeline's times: seconds when measured or simulated from a profile (its meta says), else cost units."
+    return 's' if tl.source in ('measured', 'emulated') else tl.meta.get('unit', 'cost units')
 
 # %% ../nbs/02_viz.ipynb #2a946085
 _THEMES = {'light': 'plotly_white', 'dark': 'plotly_dark'}

@@ -78,7 +78,8 @@ def lab(tmp_path_factory):
                JUPYTER_RUNTIME_DIR=str(cfg / 'runtime'), PYTHONUNBUFFERED='1')
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp_path / 'jupyterlab.log', 'w')
-    cmd = [sys.executable, '-m', 'jupyterlab', '--no-browser', '--allow-root', f'--port={port}', '--ip=127.0.0.1',
+    # started as a user does, by `chimera-nb lab`: it writes chimera-playground.ipynb into the root and runs JupyterLab
+    cmd = [sys.executable, '-m', 'chimera_nb.cli', 'lab', str(root), '--no-browser', '--allow-root', f'--port={port}', '--ip=127.0.0.1',
            f'--IdentityProvider.token={token}', f'--ServerApp.root_dir={root}', '--ServerApp.port_retries=0',
            '--LabApp.news_url=', '--ServerApp.shutdown_no_activity_timeout=600', '--LabApp.expose_app_in_browser=True']
     proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -174,6 +175,16 @@ def _expected_bars(name, D, N, costs=(1, 1, 1), **opts) -> int:
     from chimera_nb.viz import plot_timeline
     fig = plot_timeline(simulate(make_schedule(name, D, N, **opts), Costs(*costs)))
     return sum(len(tr.x) for tr in fig.data)
+
+
+APP_TIMING_JS = """() => { window.__appTiming = {}; const t = window.__appTiming;
+  const tick = () => {
+    const cell = document.querySelectorAll('.jp-Notebook .jp-CodeCell')[0];
+    const prompt = cell ? cell.querySelector('.jp-InputPrompt').textContent.trim() : '';
+    if (t.done === undefined && /\\[\\d+\\]/.test(prompt)) t.done = performance.now();
+    if (t.drawn === undefined && document.querySelector('.chimera-explorer .js-plotly-plot .barlayer path')) t.drawn = performance.now();
+    if (t.done === undefined || t.drawn === undefined) setTimeout(tick, 20); };
+  tick(); }"""
 
 
 def _run_all(page, tries=5):
@@ -574,6 +585,38 @@ def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_h
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
             try: _shot(page, tmp_path, 'playground-reload-failure.png')
+            except Exception: pass
+            raise
+        finally:
+            browser.close()
+
+
+def test_app_notebook_opens_and_draws_within_3s(lab, tmp_path):
+    "The notebook `chimera-nb lab` wrote: Run All draws the app's first timeline within 3 s of its cell finishing; saved, it keeps its outputs."
+    nb = lab['root'] / 'chimera-playground.ipynb'
+    assert nb.exists(), 'chimera-nb lab did not write the playground notebook'
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page, errors = _open(browser, lab, nb.name)
+            page.evaluate(APP_TIMING_JS)
+            _run_all(page)
+            t = _wait(page, lambda p: p.evaluate('() => window.__appTiming'), lambda t: 'done' in t and 'drawn' in t, 180, 'the app')
+            lag = max(0.0, t['drawn'] - t['done']) / 1000
+            _shot(page, tmp_path, 'app-notebook.png', full=True)
+            print(f"first drawing {lag:.2f} s after the cell finished; screenshots in {tmp_path}")
+            assert lag < 3, f"the first timeline came {lag:.1f} s after the app's cell finished (want < 3 s)"
+            title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
+            _wait(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
+            page.keyboard.press('Control+s')
+            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+            saved = json.loads(nb.read_text())
+            outs = [o for c in saved['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])]
+            assert any('application/vnd.jupyter.widget-view+json' in o.get('data', {}) for o in outs), 'the saved notebook lost its outputs'
+        except BaseException:
+            print('page errors:', *errors[-20:], sep='\n  ')
+            try: _shot(page, tmp_path, 'app-notebook-failure.png')
             except Exception: pass
             raise
         finally:
