@@ -92,8 +92,9 @@ def _training_demo(stages:int=4, # D = local processes
           f"{s['samples_per_s']:.1f} samples/s, {s['samples_per_s'] * 32:.0f} tokens/s", file=out)
     if 'predicted_step_s' in s:
         why = (f" (the {stages} processes share {os.cpu_count()} CPU cores, in the profile as in the run)" if stages > (os.cpu_count() or 1) else '')
-        print(f"  step: measured {s['measured_step_s'] * 1e3:.3g} ms (median), predicted {s['predicted_step_s'] * 1e3:.3g} ms "
-              f"({s['prediction_error']:+.0%}) from a profile every process took at once before training{why}", file=out)
+        print(f"  pipeline step: measured {s['measured_step_s'] * 1e3:.3g} ms (median), predicted {s['predicted_step_s'] * 1e3:.3g} ms "
+              f"({s['prediction_error']:+.1%}) from a profile every process took at once before training{why}; "
+              f"wall {s['mean_step_s'] * 1e3:.3g} ms per step (data and metrics beside the pipeline)", file=out)
         if 'refit_step_s' in s:
             print(f"  re-fitted from steps 2-5: {s['refit_step_s'] * 1e3:.3g} ms ({s['refit_error']:+.0%} of the steps after it)", file=out)
     print(f"  metrics {metrics}; timeline (measured over predicted) {s.get('timeline_html')}", file=out)

@@ -15,9 +15,11 @@ import dataclasses, datetime, html, json, os, re, shlex, shutil, subprocess, sys
 from fastcore.basics import patch
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from statistics import median
 from typing import NamedTuple
 from .spec import PipelineSpec, TrainConfig, layouts, EXIT_REQUEUE
 from .checks import SpecError, check_number
+from .simulate import sig3
 
 # %% ../nbs/10_slurm.ipynb #11da2988
 _ALLOWED = {  # field kind: (regular expression, what the message says is allowed)
@@ -461,15 +463,16 @@ def last_error(self:Job, n:int=3) -> str:
 
 # %% ../nbs/10_slurm.ipynb #c764f471
 def read_metrics(run_dir) -> 'pd.DataFrame':
-    "Every per-step metrics row of a run folder (an array's tasks with a `task` column)."
+    "Every per-step metrics row of a run folder (an array's tasks with a `task` column, and the step their start predicted)."
     import pandas as pd
     rows = []
     for m in sorted(Path(run_dir).rglob('metrics.jsonl')):
-        task = m.parent.name if m.parent.name.startswith('task-') else None
+        task, predicted = (m.parent.name if m.parent.name.startswith('task-') else None), None
         for line in m.read_text().splitlines():
             try: r = json.loads(line)
             except ValueError: continue  # a line being written
-            if 'event' not in r: rows.append(dict(task=task, **r))
+            if r.get('event') == 'start': predicted = r.get('predicted_step_s')   # a resumed run starts again: its own
+            elif 'event' not in r: rows.append({'task': task, 'predicted_step_s': predicted, **r})
     return pd.DataFrame(rows)
 
 @patch
@@ -501,21 +504,41 @@ def _run_steps(run_dir) -> int|None:
     found = [tomllib.loads(p.read_text()).get('steps') for p in Path(run_dir).glob('**/run.toml')]
     return max((n for n in found if isinstance(n, int)), default=None)
 
-def _progress_text(done:int, total:int|None, loss:float|None, state:str) -> str:
-    "The watch's line: what the job waits for, or the steps done and the last loss."
+def _progress_text(done:int, total:int|None, loss:float|None, state:str, measured:float|None=None, predicted:float|None=None) -> str:
+    "The watch's line: what the job waits for, or the steps done, the last loss and the measured step against the predicted."
     if not done: return f"{state}: no step yet"
-    return f"{state}: step {done}" + (f" of {total} ({done / total:.0%})" if total else '') + (f", loss {loss:.4g}" if loss is not None else '')
+    step = (f", step {sig3(measured)} s measured" + (f" vs {sig3(predicted)} s predicted ({predicted / measured - 1:+.1%})" if predicted else '')
+            if measured else '')
+    return f"{state}: step {done}" + (f" of {total} ({done / total:.0%})" if total else '') + (f", loss {loss:.4g}" if loss is not None else '') + step
+
+# %% ../nbs/10_slurm.ipynb #737d0745
+def _watch_figure(m:'pd.DataFrame') -> 'go.Figure':
+    "The watch's picture, per array task: the loss, and each step's measured pipeline span against the step predicted at its start."
+    from plotly.subplots import make_subplots
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.14,
+                        subplot_titles=('loss', 'step time: measured pipeline span vs predicted (s)'))
+    for task, g in (m.groupby(m.task.fillna('run'), sort=True) if len(m) else []):
+        fig.add_scatter(x=g.step, y=g.loss, name=f'{task} loss', mode='lines', row=1, col=1,
+                        hovertemplate='step %{x} · loss %{y:.4g}<extra>' + task + '</extra>')
+        for col, what, style in (('pipeline_s', 'measured', dict(mode='lines+markers')), ('predicted_step_s', 'predicted', dict(mode='lines', line_dash='dash'))):
+            if col in g and g[col].notna().any():
+                fig.add_scatter(x=g.step, y=g[col], name=f'{task} {what}', row=2, col=1, **style,
+                                hovertemplate=f'step %{{x}} · %{{y:.3g}} s {what}<extra>{task}</extra>')
+    fig.update_xaxes(title_text='step', row=2, col=1)
+    return fig.update_layout(height=440, autosize=True, margin=dict(t=40, b=40, l=60, r=20))
 
 # %% ../nbs/10_slurm.ipynb #fcbe8183
 class JobWatch:
-    "A widget that follows a `Job`: state table, log tail, loss curve (one line per array task)."
+    "A widget that follows a `Job`: state table, log tail, loss and step time against the prediction (a line per array task)."
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
         import ipywidgets as W, plotly.graph_objects as go, threading, html
+        from chimera_nb.explore import responsive, alive_style   # the app layer, imported only by a watch (the CLI stays light)
         self.job, self.lines, self._html = job, lines, html
         self.status, self.log, self.line = W.HTML(), W.HTML(), W.HTML('starting…')
         self.bar, self.total = W.IntProgress(min=0, max=1, description='steps'), _run_steps(job.run_dir)
-        self.fig = go.FigureWidget(layout=dict(height=300, xaxis_title='step', yaxis_title='loss', margin=dict(t=30, b=40)))
-        self.widget = W.VBox([self.status, W.HBox([self.bar, self.line]), self.fig, self.log])
+        self.fig = responsive(go.FigureWidget(_watch_figure(read_metrics(job.run_dir))))
+        self.widget = W.VBox([self.status, W.HBox([self.bar, self.line], layout=W.Layout(flex_flow='row wrap')), self.fig, self.log])
+        self.widget.children += (alive_style(self.widget),)   # hides the re-run line while the watch is drawn
         self._stop, self.ended, self._state = threading.Event(), False, 'submitted'
         self.refresh()
         self._thread = threading.Thread(target=self._loop, args=(poll, max_poll), daemon=True); self._thread.start()
@@ -537,15 +560,16 @@ def refresh(self:JobWatch) -> bool:
 @patch
 def plot_metrics(self:JobWatch) -> int:
     "Redraw the loss curves from the metrics files; the number of steps seen."
+    from chimera_nb.viz import replace_figure
     m = self.job.metrics()
-    if len(m) and len(m) != getattr(self, '_seen', 0):
-        with self.fig.batch_update():
-            self.fig.data = []
-            for task, g in m.groupby(m.task.fillna('run'), sort=True): self.fig.add_scatter(x=g.step, y=g.loss, name=task, mode='lines')
+    if len(m) and len(m) != getattr(self, '_seen', 0): replace_figure(self.fig, _watch_figure(m))   # a reloaded page draws it too
     self._seen = len(m)
     done, loss = (int(m.step.max()), float(m.loss.iloc[-1])) if len(m) else (0, None)
+    spans = m.pipeline_s.dropna().tolist() if 'pipeline_s' in m else []
+    measured = median(spans[1:] or spans) if spans else None   # read_run's rule: from the second step on
+    predicted = m.predicted_step_s.dropna().iloc[-1] if 'predicted_step_s' in m and m.predicted_step_s.notna().any() else None
     self.bar.max, self.bar.value = max(1, self.total or done), done
-    self.line.value = _progress_text(done, self.total, loss, self._state)
+    self.line.value = _progress_text(done, self.total, loss, self._state, measured, predicted)
     return self._seen
 
 # %% ../nbs/10_slurm.ipynb #5ee2104a
@@ -564,8 +588,8 @@ def stop(self:JobWatch): self._stop.set()
 
 @patch
 def _ipython_display_(self:JobWatch):
-    from IPython.display import display
-    display(self.widget)
+    from chimera_nb.explore import show_with_hint
+    show_with_hint(self.widget, 'job watch')
 
 @patch
 def watch(self:Job, poll=30.0, max_poll=300.0, metrics_every=2.0) -> JobWatch:

@@ -25,7 +25,7 @@ from .balance import balance
 from .failures import PipelineFailure, NonFiniteLossError
 from .tasks import TaskData, task_of, prepare_data, split_batch
 from .checkpoint import save_checkpoint, load_checkpoint, check_not_complete, RunComplete
-from .report import MetricsLog, ResourceProbe, StepClock, profile_stages, report_step, summarize, summary_path
+from .report import MetricsLog, ResourceProbe, StepClock, log_start, profile_stages, report_step, summarize, summary_path
 
 # %% ../nbs/07_train.ipynb #14352528
 _TORCH_DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16': torch.float32}  # bf16: fp32 weights, autocast
@@ -165,7 +165,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
     log, stop, probe = MetricsLog(cfg.metrics if rank == 0 else None), _StopFlag().install(), ResourceProbe(rt.device)
     profile = profile_stages(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
-    log.write(event='start', step=start, spec_key=cfg.spec.key(), spec=cfg.spec.to_dict())  # the run's identity, first
+    log_start(log, cfg, rt, profile, start)   # the run's identity and its predicted step, first
     bar = _bar(cfg, start) if rank == 0 else None
     losses, ev, times, t_run, clock = [], {}, [], time.perf_counter(), StepClock()
     step, skips = start, 0

@@ -8,13 +8,13 @@ memory plot's DOM; N = 0 and odd D give messages; a save button writes its file;
 the figures dark; D = 64, N = 512 draws (summarised) and the next control change still reaches Python and
 redraws within a measured bound. Each state is screenshotted into a folder the test prints (also copied to
 $CHIMERA_BROWSER_OUT when set). Every process it starts is stopped in the fixture teardown."""
-import json, os, shutil, signal, socket, subprocess, sys, time, secrets, urllib.request
+import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
+sys.path.insert(0, str(Path(__file__).parent))
+from lab_server import jupyter_lab, open_notebook, run_all, screenshot, wait_for, CHROMIUM, CHROME_ARGS
 
-CHROMIUM = os.environ.get('CHIMERA_CHROMIUM') or shutil.which('chromium') or '/usr/bin/chromium'
-CHROME_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-               '--disable-background-networking', '--disable-component-update', '--disable-sync']
+
 
 pytestmark = [pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                  reason=f"no Chromium at {CHROMIUM}: install it (Debian: apt-get install chromium) to run the browser test"),
@@ -47,69 +47,16 @@ RELOAD = {**NOTEBOOK, "cells": [
      "source": "from chimera_nb.explore import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pid: int) -> list:
-    try:
-        import psutil
-        return psutil.Process(pid).children(recursive=True)
-    except Exception:
-        return []
-
-
 @pytest.fixture(scope='module')
 def lab(tmp_path_factory):
     "One JupyterLab server for the module's tests, on a free port serving a temp root with their notebooks; yields (url, root, log)."
     tmp_path = tmp_path_factory.mktemp('lab')
-    root, cfg = tmp_path / 'root', tmp_path / 'jupyter'
-    root.mkdir(); cfg.mkdir()
+    root = tmp_path / 'root'
+    root.mkdir()
     (root / 'explorer.ipynb').write_text(json.dumps(NOTEBOOK))
     (root / 'playground.ipynb').write_text(json.dumps(PLAYGROUND))
     (root / 'reload.ipynb').write_text(json.dumps(RELOAD))
-    # no news / update toasts over the screenshot; workspaces and settings stay in the temp dir
-    settings = cfg / 'settings' / '@jupyterlab' / 'apputils-extension'
-    settings.mkdir(parents=True)
-    (settings / 'notification.jupyterlab-settings').write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    env = dict(os.environ, JUPYTERLAB_SETTINGS_DIR=str(cfg / 'settings'), JUPYTERLAB_WORKSPACES_DIR=str(cfg / 'ws'),
-               JUPYTER_RUNTIME_DIR=str(cfg / 'runtime'), PYTHONUNBUFFERED='1')
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(tmp_path / 'jupyterlab.log', 'w')
-    # started as a user does, by `chimera-nb lab`: it writes chimera-playground.ipynb into the root and runs JupyterLab
-    cmd = [sys.executable, '-m', 'chimera_nb.cli', 'lab', str(root), '--no-browser', '--allow-root', f'--port={port}', '--ip=127.0.0.1',
-           f'--IdentityProvider.token={token}', f'--ServerApp.root_dir={root}', '--ServerApp.port_retries=0',
-           '--LabApp.news_url=', '--ServerApp.shutdown_no_activity_timeout=600', '--LabApp.expose_app_in_browser=True']
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f'http://127.0.0.1:{port}'
-    try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f'{base}/api/status?token={token}', timeout=2) as r:
-                    if r.status == 200: break
-            except OSError:
-                pass
-            if time.time() > deadline: raise RuntimeError("jupyter lab did not answer within 90 s")
-            time.sleep(0.5)
-        yield dict(base=base, token=token, root=root, log=tmp_path / 'jupyterlab.log', proc=proc)
-    finally:
-        kids = _descendants(proc.pid)   # kernels run in their own sessions: remember them to stop them too
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)   # the server shuts its kernels down on SIGTERM
-            try: proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL); proc.wait(10)
-        for k in kids:
-            try:
-                if k.is_running(): k.kill()
-            except Exception:
-                pass
-        log.close()
+    with jupyter_lab(root, tmp_path) as server: yield server
 
 
 def _plot_paths(page) -> int:
@@ -118,19 +65,8 @@ def _plot_paths(page) -> int:
     return plot.locator('.barlayer path').count()
 
 
-def _wait(page, probe, predicate, timeout=60, what='the page'):
-    "Poll `probe(page)` until `predicate` holds; returns the value."
-    deadline, v = time.time() + timeout, None
-    while time.time() < deadline:
-        try: v = probe(page)
-        except Exception as e: v = e   # the plot is being replaced
-        if not isinstance(v, Exception) and predicate(v): return v
-        page.wait_for_timeout(100)
-    raise AssertionError(f"{what} did not reach the expected state within {timeout} s; last {v!r}")
-
-
 def _wait_paths(page, predicate, timeout=60):
-    return _wait(page, _plot_paths, predicate, timeout, 'the timeline plot')
+    return wait_for(page, _plot_paths, predicate, timeout, 'the timeline plot')
 
 
 PLOTS_JS = """() => Array.from(document.querySelectorAll('.chimera-explorer .js-plotly-plot')).map(gd => ({
@@ -154,8 +90,8 @@ def _timing_ms(page):
 
 def _settled(page, redraw):
     "Wait until both plots show redraw number `redraw` and the status has its browser timing; the plots' state."
-    plots = _wait(page, _plots, lambda ps: len(ps) == 2 and all(p['redraw'] == redraw for p in ps), 120, f'redraw {redraw}')
-    _wait(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+    plots = wait_for(page, _plots, lambda ps: len(ps) == 2 and all(p['redraw'] == redraw for p in ps), 120, f'redraw {redraw}')
+    wait_for(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
     return plots
 
 
@@ -187,32 +123,6 @@ APP_TIMING_JS = """() => { window.__appTiming = {}; const t = window.__appTiming
   tick(); }"""
 
 
-def _run_all(page, tries=5):
-    "Run > Run All Cells, again until the cells show they ran (a click can land before the notebook is ready)."
-    prompts = page.locator('.jp-Notebook .jp-InputPrompt')
-    for _ in range(tries):
-        page.locator('.jp-Notebook .jp-Cell').first.click()
-        page.keyboard.press('Escape')
-        page.locator('.lm-MenuBar-itemLabel', has_text='Run').first.click()
-        page.locator('.lm-Menu-itemLabel', has_text='Run All Cells').first.click()
-        deadline = time.time() + 15
-        while time.time() < deadline:
-            if any(t.strip() not in ('[ ]:', '') for t in prompts.all_inner_texts()): return
-            page.wait_for_timeout(250)
-    raise AssertionError(f"Run All Cells did not start the cells: prompts {prompts.all_inner_texts()}")
-
-
-def _shot(page, tmp_path, name, full=True, element=None) -> Path:
-    "Screenshot the page (or one element, scrolled into view) into tmp_path (and $CHIMERA_BROWSER_OUT)."
-    p = tmp_path / name
-    if element is not None: element.screenshot(path=str(p))
-    else: page.screenshot(path=str(p), full_page=full)
-    if os.environ.get('CHIMERA_BROWSER_OUT'):
-        out = Path(os.environ['CHIMERA_BROWSER_OUT']); out.mkdir(parents=True, exist_ok=True)
-        shutil.copy(p, out / name)
-    return p
-
-
 def _type(page, label, value):
     "Type `value` into the explorer's number box labelled `label` and press Enter."
     box = page.locator('.chimera-explorer .widget-inline-hbox', has_text=label).locator('input').first
@@ -234,8 +144,8 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page, errors = _open(browser, lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
-            _run_all(page)
+            page, errors = open_notebook(browser, lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
+            run_all(page)
 
             # rendered: the timeline's SVG bars, one path per bar of the figure; the status has the browser's time
             page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
@@ -256,7 +166,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
                 assert leg['svg']['l'] <= i['l'] and i['r'] <= min(leg['svg']['r'], leg['width']) + 0.5, (i, leg['svg'])
                 assert leg['svg']['t'] <= i['t'] and i['b'] <= leg['svg']['b'] + 0.5, (i, leg['svg'])
             page.locator('.chimera-explorer .js-plotly-plot').first.scroll_into_view_if_needed()
-            _shot(page, tmp_path, '1-legend-1280x800.png', full=False)
+            screenshot(page, tmp_path, '1-legend-1280x800.png', full=False)
 
             # type a new D: the plot redraws with the bars of D=8
             _type(page, 'all-reduce', 0)
@@ -279,9 +189,9 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
                 assert tl_plot['bars'] == _expected_bars(name, 8, 16), (name, tl_plot)
                 seen.append((name, mem['shapes']))
                 if name == 'gpipe':
-                    _shot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+                    screenshot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
             print('memory-plot shapes per schedule:', seen)
-            _shot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+            screenshot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
 
             # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
             _type(page, 'N (micro-batches)', 0)
@@ -294,7 +204,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=90_000)
             assert _plot_paths(page) == _expected_bars('chimera', 8, 8)
             assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
-            _shot(page, tmp_path, '4-error.png')
+            screenshot(page, tmp_path, '4-error.png')
             _type(page, 'D (stages)', 4)
             _settled(page, r + 1); r += 1
 
@@ -304,7 +214,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
             from chimera_nb.schedules import make_schedule
             from chimera_nb.ir import Schedule
-            _wait(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
+            wait_for(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
             assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
 
             # PNG through kaleido: saved and said so, and nothing else printed (a traceback in the page or the server's log)
@@ -321,11 +231,11 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # JupyterLab's dark theme: the page probe tells Python, the figures redraw dark
             page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
-            ps = _wait(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
+            ps = wait_for(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
             assert all(p['paper'] == 'rgb(17,17,17)' for p in ps), ps
             page.wait_for_timeout(500)
-            dark = _shot(page, tmp_path, '5-dark.png', full=False)
-            _shot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+            dark = screenshot(page, tmp_path, '5-dark.png', full=False)
+            screenshot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
             r = _redraw_no(page)
             _settled(page, r)
 
@@ -338,7 +248,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             timings['D=64, N=512 (page wait)'] = round((time.time() - t) * 1000)
             timings['D=64, N=512 (status)'] = _timing_ms(page)
             assert tl_plot['raster'] == 1 and tl_plot['bars'] == 0, tl_plot
-            _shot(page, tmp_path, '6-D64-N512.png', full=False)
+            screenshot(page, tmp_path, '6-D64-N512.png', full=False)
             t = time.time()
             _type(page, 'D (stages)', 4)           # the next change reaches Python and redraws
             tl_plot, mem = _settled(page, r + 1); r += 1
@@ -352,24 +262,11 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             assert dark.stat().st_size > 10_000
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
-            try: _shot(page, tmp_path, 'explorer-failure.png')
+            try: screenshot(page, tmp_path, 'explorer-failure.png')
             except Exception: pass
             raise
         finally:
             browser.close()
-
-
-def _open(browser, lab, name, width=1280, height=900):
-    "A page with notebook `name` open and its kernel idle (the status shown in the toolbar); its error list."
-    page = browser.new_page(viewport={'width': width, 'height': height})
-    page.set_default_timeout(60_000)
-    errors = []
-    page.on('console', lambda m: errors.append(m.text) if m.type == 'error' else None)
-    page.on('pageerror', lambda e: errors.append(str(e)))
-    page.goto(f"{lab['base']}/lab/tree/{name}?token={lab['token']}&reset")   # reset: only this notebook open (one server serves all tests)
-    page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
-    return page, errors
 
 
 FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook').getBoundingClientRect();
@@ -398,18 +295,18 @@ def _fits_at(page, tmp_path, width, name, sidebar:bool):
     shell = page.evaluate("() => window.jupyterapp.shell.leftCollapsed")
     if shell == sidebar:   # collapsed while it should be open, or the other way round
         page.evaluate("() => window.jupyterapp.commands.execute('application:toggle-left-area')")
-    _wait(page, lambda p: p.evaluate("() => window.jupyterapp.shell.leftCollapsed"), lambda c: c != sidebar, 10, 'the file browser')
+    wait_for(page, lambda p: p.evaluate("() => window.jupyterapp.shell.leftCollapsed"), lambda c: c != sidebar, 10, 'the file browser')
     nb_width = lambda p: (lambda f: f['nb']['r'] - f['nb']['l'])(p.evaluate(FIT_JS))   # JupyterLab lays out again: wait for it
-    _wait(page, nb_width, (lambda w: w < width - 250) if sidebar else (lambda w: w > width - 150), 15, f'the notebook at {width} px')
-    try: found = _wait(page, _misfits, lambda m: not m[0] and not m[1], 15, f'the layout at {width} px')
+    wait_for(page, nb_width, (lambda w: w < width - 250) if sidebar else (lambda w: w > width - 150), 15, f'the notebook at {width} px')
+    try: found = wait_for(page, _misfits, lambda m: not m[0] and not m[1], 15, f'the layout at {width} px')
     except AssertionError:
         out, plots, f = _misfits(page)
-        _shot(page, tmp_path, f'fit-{name}-FAILED.png', full=False)
+        screenshot(page, tmp_path, f'fit-{name}-FAILED.png', full=False)
         print('plot boxes (class, width, css width, min-width, style width):', page.evaluate("""() => Array.from(document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')).map(gd => {
             const chain = []; let e = gd; for (let i = 0; i < 7 && e; i++, e = e.parentElement) chain.push([e.className.slice(0, 50), e.getBoundingClientRect().width, getComputedStyle(e).width, getComputedStyle(e).minWidth, e.style.width]);
             return {chain, lay: gd.layout && [gd.layout.width, gd.layout.autosize], full: gd._fullLayout && gd._fullLayout.width}; })"""))
         raise AssertionError(f"at {width} px: controls outside the notebook {out[:6]}, plots {plots}, notebook {f['nb']}")
-    _shot(page, tmp_path, f'fit-{name}.png', full=False)
+    screenshot(page, tmp_path, f'fit-{name}.png', full=False)
     return found[2]
 
 
@@ -419,11 +316,11 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page, errors = _open(browser, lab, 'playground.ipynb')
-            _run_all(page)
+            page, errors = open_notebook(browser, lab, 'playground.ipynb')
+            run_all(page)
             choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
             choice.wait_for(timeout=120_000)
-            _wait(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 120, 'the ranking')
+            wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 120, 'the ranking')
             options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
             label = next((o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o), None)
             assert label is not None, options
@@ -431,16 +328,16 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             ex = page.locator('.chimera-explorer')
             sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
             box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
-            _wait(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
-            _wait(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _expected_bars('zb-h1', 4, 8), 60, 'the plot')
-            _shot(page, tmp_path, 'playground-3-explorer.png', element=ex)
+            wait_for(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
+            wait_for(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _expected_bars('zb-h1', 4, 8), 60, 'the plot')
+            screenshot(page, tmp_path, 'playground-3-explorer.png', element=ex)
             title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')   # SVG: no innerText
-            _wait(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
-            _shot(page, tmp_path, 'playground-1-chosen.png', full=True)
+            wait_for(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
+            screenshot(page, tmp_path, 'playground-1-chosen.png', full=True)
             page.locator('button', has_text='SLURM job').click()
             form = page.locator('.widget-text', has_text='run folder').locator('input')
             form.wait_for(timeout=60_000)
-            _wait(page, lambda p: form.input_value(), lambda v: v.startswith('runs/zb-h1-bert-48-W2D4'), 30, 'the run folder')
+            wait_for(page, lambda p: form.input_value(), lambda v: v.startswith('runs/zb-h1-bert-48-W2D4'), 30, 'the run folder')
             summary = page.locator('.widget-html', has_text='ranks = nodes').first.inner_text()
             assert 'zb-h1' in summary and 'W=2 D=4 B=4 N=8' in summary and 'bfloat16' in summary, summary
             nodes = page.locator('.widget-inline-hbox', has_text='nodes').locator('input').first.input_value()
@@ -450,7 +347,7 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             y = lambda loc: loc.bounding_box()['y']
             assert y(form) < y(ex.locator('.js-plotly-plot').first), 'the form should appear above the explorer, next to its button'
             form.scroll_into_view_if_needed()
-            _shot(page, tmp_path, 'playground-2-form.png', full=False)
+            screenshot(page, tmp_path, 'playground-2-form.png', full=False)
 
             # fits the window: 1280 px with the file browser open, 800 px, 1920 px: every control and plot inside the notebook
             page.locator('.widget-button', has_text='Tune').scroll_into_view_if_needed()
@@ -462,7 +359,7 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             print(f"screenshots in {tmp_path}")
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
-            try: _shot(page, tmp_path, 'playground-failure.png')
+            try: screenshot(page, tmp_path, 'playground-failure.png')
             except Exception: pass
             raise
         finally:
@@ -478,25 +375,25 @@ def test_explorer_survives_reload(lab, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page, errors = _open(browser, lab, 'reload.ipynb')
-            _run_all(page)
+            page, errors = open_notebook(browser, lab, 'reload.ipynb')
+            run_all(page)
             page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
-            _wait(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+            wait_for(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
             hint = page.locator('.chimera-rerun')
             assert hint.count() == 1 and not hint.is_visible()          # the live explorer hides its re-run line
             page.keyboard.press('Control+s')                              # outputs saved: a reload shows them again
-            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
 
             page.reload()                                                 # 1. reload, kernel alive: drawn from the models
             page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
             t = time.time()
             _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 60)
-            _wait(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
+            wait_for(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
             reload_s = time.time() - t
             text = page.locator('.jp-OutputArea').first.inner_text()
             assert 'drawing in the browser' not in text and 'Failed to initialize' not in text, text[-500:]
             assert not page.locator('.chimera-rerun').is_visible()
-            _shot(page, tmp_path, 'reload-1-redrawn.png', full=False)
+            screenshot(page, tmp_path, 'reload-1-redrawn.png', full=False)
 
             page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
             page.locator('.jp-Dialog button', has_text='Restart').click()
@@ -507,15 +404,15 @@ def test_explorer_survives_reload(lab, tmp_path):
             line.wait_for(state='visible', timeout=60_000)                 # says what to re-run, in one line
             assert RERUN in line.inner_text() and line.bounding_box()['height'] < 40, line.inner_text()
             assert page.locator('.chimera-explorer .js-plotly-plot').count() == 0
-            _shot(page, tmp_path, 'reload-2-after-restart.png', full=False)
-            _run_all(page)                                                 # re-running draws it again, and hides the line
+            screenshot(page, tmp_path, 'reload-2-after-restart.png', full=False)
+            run_all(page)                                                 # re-running draws it again, and hides the line
             _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 120)
-            _wait(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
+            wait_for(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
             print(f"reload to a timed redraw: {reload_s:.1f} s; screenshots in {tmp_path}")
             assert not [e for e in errors if 'Failed to initialize' in e], errors
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
-            try: _shot(page, tmp_path, 'reload-failure.png')
+            try: screenshot(page, tmp_path, 'reload-failure.png')
             except Exception: pass
             raise
         finally:
@@ -558,33 +455,33 @@ def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_h
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page, errors = _open(browser, lab, 'playground-reload.ipynb')
-            _run_all(page)
+            page, errors = open_notebook(browser, lab, 'playground-reload.ipynb')
+            run_all(page)
             choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
-            _wait(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 180, 'the ranking')
+            wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 180, 'the ranking')
             options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
             label = next(o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o)
             choice.select_option(index=options.index(label))   # not the first row: a reload must not fall back to it
             bars = _expected_bars('zb-h1', 4, 8)
             chosen = lambda s: (s['controls'] == ('zb-h1', '4', '8') and s['bars'] == bars and s['memory']
                                 and any('zb-h1' in t for t in s['breakdown']))
-            _wait(page, _playground_state, chosen, 120, 'the choice')
+            wait_for(page, _playground_state, chosen, 120, 'the choice')
             page.locator('button', has_text='SLURM job').click()
-            _wait(page, _playground_state, lambda s: (s['form'] or '').startswith('runs/zb-h1-bert-48-W2D4'), 60, 'the form')
+            wait_for(page, _playground_state, lambda s: (s['form'] or '').startswith('runs/zb-h1-bert-48-W2D4'), 60, 'the form')
             before = _playground_state(page)
             page.keyboard.press('Control+s')
-            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
 
             page.reload()
             page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=120_000)
-            after = _wait(page, _playground_state, lambda s: chosen(s) and s['form'] == before['form'] and s['rows'] == before['rows'],
+            after = wait_for(page, _playground_state, lambda s: chosen(s) and s['form'] == before['form'] and s['rows'] == before['rows'],
                           120, 'every widget redrawn from its model')
-            _shot(page, tmp_path, 'playground-reloaded.png', full=True)
+            screenshot(page, tmp_path, 'playground-reloaded.png', full=True)
             assert not [e for e in errors if 'Failed to initialize' in e or 'model not found' in e], errors
             print(f"before {before}\nafter  {after}\nscreenshots in {tmp_path}")
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
-            try: _shot(page, tmp_path, 'playground-reload-failure.png')
+            try: screenshot(page, tmp_path, 'playground-reload-failure.png')
             except Exception: pass
             raise
         finally:
@@ -599,24 +496,24 @@ def test_app_notebook_opens_and_draws_within_3s(lab, tmp_path):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
         try:
-            page, errors = _open(browser, lab, nb.name)
+            page, errors = open_notebook(browser, lab, nb.name)
             page.evaluate(APP_TIMING_JS)
-            _run_all(page)
-            t = _wait(page, lambda p: p.evaluate('() => window.__appTiming'), lambda t: 'done' in t and 'drawn' in t, 180, 'the app')
+            run_all(page)
+            t = wait_for(page, lambda p: p.evaluate('() => window.__appTiming'), lambda t: 'done' in t and 'drawn' in t, 180, 'the app')
             lag = max(0.0, t['drawn'] - t['done']) / 1000
-            _shot(page, tmp_path, 'app-notebook.png', full=True)
+            screenshot(page, tmp_path, 'app-notebook.png', full=True)
             print(f"first drawing {lag:.2f} s after the cell finished; screenshots in {tmp_path}")
             assert lag < 3, f"the first timeline came {lag:.1f} s after the app's cell finished (want < 3 s)"
             title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
-            _wait(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
+            wait_for(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
             page.keyboard.press('Control+s')
-            _wait(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
             saved = json.loads(nb.read_text())
             outs = [o for c in saved['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])]
             assert any('application/vnd.jupyter.widget-view+json' in o.get('data', {}) for o in outs), 'the saved notebook lost its outputs'
         except BaseException:
             print('page errors:', *errors[-20:], sep='\n  ')
-            try: _shot(page, tmp_path, 'app-notebook-failure.png')
+            try: screenshot(page, tmp_path, 'app-notebook-failure.png')
             except Exception: pass
             raise
         finally:
