@@ -124,8 +124,7 @@ def _clear(self:Playground):
 # %% ../nbs/12_playground.ipynb #e4021dee
 _RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute',
                     'iteration_s': 'iteration (s)', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
-                    'memory_GiB': 'memory (GiB/GPU)', 'compute': 'compute (s)', 'p2p': 'p2p (s)', 'bubbles': 'bubbles (s)',
-                    'allreduce': 'all-reduce (s)'}
+                    'memory_GiB': 'memory (GiB/GPU)'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
 
 def _ranking_html(r, rows:int=10) -> str:
     "The first `rows` of an autotune ranking as HTML: units in the headers, 3 significant digits, scrolls sideways."
@@ -154,8 +153,8 @@ def _spec_chosen(self:Playground, change):
         self.slurm_out.clear_output(); replace_figure(self.breakdown, go.Figure()); return
     prof = (self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)).at(s.B)
     mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
-    self.details.value = ("<b>Memory per GPU (GiB)</b>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
-                          .set_index('rank').div(2**30).round(3).to_html()))
+    self.details.value = ("<b>Memory per GPU (GiB)</b><div style='overflow-x:auto;max-width:100%'>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
+                          .set_index('rank').div(2**30).round(3).to_html()) + "</div>")
     preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration").update_layout(width=None, autosize=True)
     replace_figure(self.breakdown, fig)

@@ -677,6 +677,8 @@ class JobForm:
         v, wrap = list(self.w.values()), W.Layout(flex_flow='row wrap')
         self.widget = W.VBox([self.summary, W.HBox([W.VBox(v[:7]), W.VBox(v[7:])], layout=wrap),
                               W.HBox([self.render_btn, self.submit_btn]), self.status, self.script, self.watch_box])
+        from chimera_nb.explore import alive_style   # the app layer, imported only by a form (the CLI stays light)
+        self.widget.children += (alive_style(self.widget),)   # hides the re-run line while the form is drawn
         self._spec_changed()
 
 # %% ../nbs/10_slurm.ipynb #d6c67543
@@ -776,8 +778,8 @@ def set_train(self:JobForm, train:TrainConfig):
 
 @patch
 def _ipython_display_(self:JobForm):
-    from IPython.display import display
-    display(self.widget)
+    from chimera_nb.explore import show_with_hint
+    show_with_hint(self.widget, 'job form')
 
 def job_form(train:TrainConfig|None=None, job:SlurmJob|None=None) -> JobForm:
     "A form that fills a job description, shows its script, submits and monitors."

@@ -10,7 +10,7 @@ __all__ = ['GLOSSARY', 'EXPORTS', 'pct', 'cost_label', 'remember_theme', 'resolv
            'plot_breakdown', 'replace_figure', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
-import colorsys, contextlib, copy, json, logging, os, shutil
+import colorsys, contextlib, copy, json, logging, os, shutil, textwrap
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
@@ -118,6 +118,21 @@ def _apply_theme(fig:go.Figure, theme:str='auto') -> go.Figure:
             role = (tr.meta or {}).get('role') if isinstance(tr.meta, dict) else None
             if role == 'action' and tr.marker.line.width: tr.marker.line.color = '#111111'
             if role == 'comm' and tr.marker.color == _COMM_COLORS['AR']: tr.marker.color = '#bbbbbb'
+    return fig
+
+# %% ../nbs/02_viz.ipynb #25b1cab0
+_TITLE_CHARS = 60   # a title line: longer ones wrap at a word, so a narrow notebook (800 px) shows them whole
+
+def _wrap(text:str, width:int=_TITLE_CHARS) -> str:
+    "`text` with <br> between words so its first line's parts stay within `width` characters (its own <br> lines kept)."
+    head, sep, rest = text.partition('<br>')
+    return '<br>'.join(textwrap.wrap(head, width, break_long_words=False) or ['']) + sep + rest
+
+def _titled(fig:go.Figure, text:str, margin:dict, gap:int=0) -> go.Figure:
+    "Title `fig` under the toolbar's band at the top (the toolbar never covers it), wrapped; the top margin fits its lines (and `gap` px more: subplot titles)."
+    t = _wrap(text or '')
+    fig.update_layout(title=dict(text=t, x=0, xanchor='left', xref='paper', yref='container', y=1, yanchor='top', pad=dict(t=30)),
+                      margin=dict(margin, t=42 + gap + 21 * (t.count('<br>') + 1)))
     return fig
 
 # %% ../nbs/02_viz.ipynb #45e9f464
@@ -332,11 +347,11 @@ def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to _
     traces = [t for t in traces + _comm_traces(tl, t0) if t is not None]
     fig = go.Figure(traces)
     lanes = any(e.kind not in COMPUTE for e in tl.events)
-    fig.update_layout(title=dict(text=title, x=0, xanchor='left'), barmode='overlay', autosize=True,
+    fig.update_layout(barmode='overlay', autosize=True,
                       height=height or max(_height(R), _legend_height(traces)), yaxis=_rank_axis(R, lanes), bargap=0,
                       xaxis=dict(title=_time_title(tl), zeroline=False, showgrid=True), uniformtext=_UNIFORMTEXT,
-                      legend=_LEGEND, margin=dict(l=70, r=20, t=80 if raster else 60, b=50), hoverlabel=dict(align='left'))
-    return _apply_theme(fig, theme)
+                      legend=_LEGEND, hoverlabel=dict(align='left'))
+    return _apply_theme(_titled(fig, title, dict(l=70, r=20, b=50)), theme)
 
 # %% ../nbs/02_viz.ipynb #9dfc7907
 _DASHES = ('solid', 'dash', 'dot', 'dashdot')
@@ -392,8 +407,8 @@ def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto')
                          meta=dict(role='peak'), hovertemplate="rank %{x}: peak %{y:.3g} Ma" + f"<br>{_gloss('Ma')}<extra></extra>"), 1, 2)
     _paper_lines(fig, tl, R)
     if reduce: title += "<br><sup>curves reduced to their maximum per 1/600 of the time</sup>"
-    fig.update_layout(title=dict(text=title, x=0, xanchor='left'), height=height, autosize=True,
-                      margin=dict(l=60, r=20, t=80, b=50), legend=dict(font=dict(size=10), tracegroupgap=0))
+    fig.update_layout(height=height, autosize=True, legend=dict(font=dict(size=10), tracegroupgap=0))
+    _titled(fig, title, dict(l=60, r=20, b=50), gap=24)   # above the subplots' titles
     fig.update_xaxes(title_text=_time_title(tl), row=1, col=1)
     fig.update_xaxes(title_text='rank (GPU)', dtick=1 if R <= 16 else 8, row=1, col=2)
     fig.update_yaxes(title_text='live activations (Ma)', rangemode='tozero', row=1, col=1)
@@ -513,11 +528,11 @@ def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted
                         meta=dict(t.meta, style='outline')) for t in _comm_traces(p, scale=scale)]
     for tr in traces: tr.meta = dict(tr.meta, source=labels[0] if tr.meta.get('style') == 'outline' else labels[1])
     fig = go.Figure(traces)
-    fig.update_layout(title=dict(text=title, x=0, xanchor='left'), barmode='overlay', bargap=0, autosize=True,
+    fig.update_layout(barmode='overlay', bargap=0, autosize=True,
                       height=height or max(_height(R), _legend_height(traces)), yaxis=_rank_axis(R, True),
                       hoverlabel=dict(align='left'), xaxis=dict(title=_time_title(m), zeroline=False),
-                      legend=_LEGEND, margin=dict(l=70, r=20, t=60, b=50))
-    return _apply_theme(fig, theme)
+                      legend=_LEGEND)
+    return _apply_theme(_titled(fig, title, dict(l=70, r=20, b=50)), theme)
 
 # %% ../nbs/02_viz.ipynb #8ce88b2f
 def _figure(fig):
@@ -645,8 +660,8 @@ def plot_breakdown(preds:list, # perf_model.Prediction objects
     names = [f"{p.label} W={p.W} D={p.D} B={p.B} ({p.method})" for p in preds]
     fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k,
                             hovertemplate=f'%{{x}}<br>{k}: %{{y:.3g}} ms<extra></extra>') for k in preds[0].breakdown._fields])
-    fig.update_layout(barmode='stack', title=title, yaxis_title='ms per iteration', template='plotly_white', height=380)
-    return fig
+    fig.update_layout(barmode='stack', yaxis_title='ms per iteration', template='plotly_white', height=380)
+    return _titled(fig, title, dict(l=60, r=20, b=60))
 
 # %% ../nbs/02_viz.ipynb #9f0da20d
 def replace_figure(fw:go.FigureWidget, # a displayed figure widget

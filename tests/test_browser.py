@@ -113,6 +113,21 @@ def _expected_bars(name, D, N, costs=(1, 1, 1), **opts) -> int:
     return sum(len(tr.x) for tr in fig.data)
 
 
+def _playground_bars(name, W, D, B, N, model='bert-48', hardware='b200') -> int:
+    "Bars the playground's explorer draws for this choice: its timeline in seconds, from the tuner's profile (as the prediction)."
+    from chimera_nb.spec import PipelineSpec
+    from chimera_nb.perf_model import predicted_costs
+    from chimera_nb.program import lower, resolve_sync
+    from chimera_nb.profile import estimate_profile
+    from chimera_nb.hardware import HARDWARE
+    from chimera_nb.simulate import simulate
+    from chimera_nb.viz import plot_timeline
+    spec, prof = PipelineSpec(model=model, schedule=name, W=W, D=D, B=B, N=N), estimate_profile(model, HARDWARE[hardware], 1).at(B)
+    s = spec.make()
+    tl = simulate(lower(s, resolve_sync(spec.sync, prof.comm_overlaps), W), predicted_costs(prof, s, W))
+    return sum(len(tr.x) for tr in plot_timeline(tl).data)
+
+
 APP_TIMING_JS = """() => { window.__appTiming = {}; const t = window.__appTiming;
   const tick = () => {
     const cell = document.querySelectorAll('.jp-Notebook .jp-CodeCell')[0];
@@ -270,22 +285,27 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
 
 FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook').getBoundingClientRect();
-  const right = Math.min(nb.right, window.innerWidth), sel = '.widget-button, .widget-dropdown, .widget-inline-hbox, .widget-text, .widget-checkbox';
-  const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, w: r.width}; };
+  const right = Math.min(nb.right, window.innerWidth), sel = '.widget-button, .widget-dropdown, .widget-inline-hbox, .widget-text, .widget-checkbox, table';
+  const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, w: r.width, t: r.top, b: r.bottom}; };
   const shown = e => e.offsetParent !== null && e.getBoundingClientRect().width > 0;
   const controls = Array.from(document.querySelectorAll('.jp-OutputArea-output')).flatMap(o => Array.from(o.querySelectorAll(sel)))
     .filter(shown).map(e => ({text: (e.innerText || e.textContent || '').trim().slice(0, 40), ...box(e)}));
   const plots = Array.from(document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')).filter(shown).map(e => {
     const svg = e.querySelector('.main-svg'), area = e.closest('.jp-OutputArea-output').getBoundingClientRect();
-    return {svg: svg ? box(svg) : null, area: {l: area.left, r: area.right}}; });
+    const title = e.querySelector('.gtitle'), bar = e.querySelector('.modebar');
+    return {svg: svg ? box(svg) : null, area: {l: area.left, r: area.right}, title: title ? {text: title.textContent.slice(0, 60), ...box(title)} : null,
+            modebar: bar ? box(bar) : null}; });
   return {nb: {l: nb.left, r: right}, controls, plots, width: window.innerWidth}; }"""
 
 
 def _misfits(page) -> tuple:
-    "Controls and plots of the page's outputs that reach past the notebook or the window: (controls, plots, layout)."
+    "Controls, tables and plots of the page's outputs that reach past the notebook or the window, titles clipped or under the toolbar."
     f = page.evaluate(FIT_JS)
     out = [c for c in f['controls'] if c['l'] < f['nb']['l'] - 1 or c['r'] > f['nb']['r'] + 1]
-    plots = [p for p in f['plots'] if p['svg'] is None or p['svg']['r'] > min(p['area']['r'], f['nb']['r']) + 1]
+    meet = lambda a, b: a['l'] < b['r'] and b['l'] < a['r'] and a['t'] < b['b'] and b['t'] < a['b']
+    plots = [p for p in f['plots'] if p['svg'] is None or p['svg']['r'] > min(p['area']['r'], f['nb']['r']) + 1
+             or (p['title'] and (p['title']['r'] > p['svg']['r'] + 1 or p['title']['l'] < p['svg']['l'] - 1))   # a clipped title
+             or (p['title'] and p['modebar'] and p['modebar']['w'] > 0 and meet(p['title'], p['modebar']))]      # the toolbar over it
     return out, plots, f
 
 
@@ -329,7 +349,7 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
             box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
             wait_for(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
-            wait_for(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _expected_bars('zb-h1', 4, 8), 60, 'the plot')
+            wait_for(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _playground_bars('zb-h1', 2, 4, 4, 8), 60, 'the plot')
             screenshot(page, tmp_path, 'playground-3-explorer.png', element=ex)
             title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')   # SVG: no innerText
             wait_for(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
@@ -462,7 +482,7 @@ def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_h
             options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
             label = next(o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o)
             choice.select_option(index=options.index(label))   # not the first row: a reload must not fall back to it
-            bars = _expected_bars('zb-h1', 4, 8)
+            bars = _playground_bars('zb-h1', 2, 4, 4, 8)
             chosen = lambda s: (s['controls'] == ('zb-h1', '4', '8') and s['bars'] == bars and s['memory']
                                 and any('zb-h1' in t for t in s['breakdown']))
             wait_for(page, _playground_state, chosen, 120, 'the choice')
