@@ -5,14 +5,19 @@
 - no host synchronisation per action: the number of synchronising CUDA calls in a step does not grow with N;
 - CUDA-event timing: the measured timeline follows the schedule; the profiler times kernels, not their launches;
 - the profiler leaves no activations allocated after it returns;
-- with 2+ GPUs: Chimera, 1F1B and ZB-H1 over NCCL (per-pair channels) exact against the single-process reference.
+- with 2+ GPUs: Chimera, 1F1B and ZB-H1 over NCCL (per-pair channels) exact against the single-process reference;
+- on one GPU: D = 2 and D = 4 pipeline ranks as threads of one process (`run_threads`, `ThreadComm` carrying CUDA tensors),
+  every rank's runtime on cuda:0: Chimera, 1F1B, ZB-H1 and GPipe, float64 with dropout, SGD steps, exact against the same
+  training in one process on the same GPU; bf16 autocast against the same reference under autocast; each rank's
+  CUDA-event timeline and memory (`ranks_on_one_device`; `test_ranks_on_one_device_cpu` runs the same code on the CPU
+  everywhere, so it is not skipped).
 Run: .venv/bin/python -m pytest tests/test_gpu.py -q   (on a GPU node; `-s` prints the measurements)
 """
-import json, os, socket, subprocess, sys, textwrap
+import contextlib, json, os, socket, subprocess, sys, textwrap
 import pytest
 import torch
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on GPU nodes)")
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (runs on GPU nodes)")
 
 COMMON = textwrap.dedent('''
     import json, math, sys, time, warnings
@@ -109,6 +114,7 @@ def _run(script, world, tmp_path, timeout=600):
     return [json.loads(l[7:]) for o, _ in outs for l in o.splitlines() if l.startswith('RESULT ')]
 
 
+@cuda_only
 @pytest.mark.timeout(900)
 def test_single_gpu(tmp_path):
     res = _run(SINGLE, 1, tmp_path)[0]
@@ -121,6 +127,7 @@ def test_single_gpu(tmp_path):
     assert res['timeline in order'] and res['durations positive']
 
 
+@cuda_only
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs one GPU per rank: 2+ GPUs")
 @pytest.mark.timeout(900)
 def test_nccl_pipelines_exact(tmp_path):
@@ -129,6 +136,7 @@ def test_nccl_pipelines_exact(tmp_path):
         for k, v in res.items(): assert v < 1e-10, (k, v)
 
 
+@cuda_only
 def test_profiled_cuda_times_are_the_kernels_not_their_launches():
     "profile_layers waits for the GPU: a layer's profiled forward is the same forward timed by CUDA events, not its launch."
     from torch import nn
@@ -146,6 +154,7 @@ def test_profiled_cuda_times_are_the_kernels_not_their_launches():
     assert prof.backward_s > prof.forward_s   # two matmuls per layer backward, one forward
 
 
+@cuda_only
 def test_profile_under_autocast_is_what_a_bf16_run_computes_and_keeps():
     "profile_layers(autocast=True) times and stashes what the runtime's bf16 actions do: a Linear keeps its input in bf16, and runs faster."
     from torch import nn
@@ -162,6 +171,7 @@ def test_profile_under_autocast_is_what_a_bf16_run_computes_and_keeps():
     assert t16 < t32, (t16, t32)
 
 
+@cuda_only
 def test_profiled_launch_bound_layer_takes_its_launch_time():
     "A layer of many tiny kernels is bound by its launches: profiled, it takes what it takes per call repeated back to back (as in a run), not that plus a wait for the device."
     import time
@@ -183,6 +193,7 @@ def test_profiled_launch_bound_layer_takes_its_launch_time():
     assert 0.5 * ref <= prof.forward_s <= 1.5 * ref, (prof.forward_s, ref)
 
 
+@cuda_only
 def test_profiling_leaves_no_gpu_memory_behind():
     "The profiler once kept every layer's activations allocated after it returned (its counting hook made a cycle through the graph: 4.9 GB at B = 64 on an H100, 2026-11-26)."
     from torch import nn
@@ -195,3 +206,169 @@ def test_profiling_leaves_no_gpu_memory_behind():
     torch.cuda.synchronize(); left = torch.cuda.memory_allocated(dev) - before
     print(f"profiled {sum(p.saved_bytes for p in prof) / 2**20:.0f} MiB of activations; {left / 2**20:.1f} MiB left allocated after")
     assert left < 0.05 * sum(p.saved_bytes for p in prof), left
+
+
+# ---- several pipeline ranks on one device: threads of this process (run_threads), one runtime per rank on the same device
+
+# (schedule, N, options) per D; every rank's runtime on the one device
+ONE_DEVICE_CONFIGS = {2: [('chimera', 4, {}), ('1f1b', 4, {}), ('zb-h1', 4, {}), ('gpipe', 2, {})],
+                      4: [('chimera', 4, {}), ('1f1b', 8, {}), ('zb-h1', 8, {}), ('gpipe', 4, {})]}
+MiB = 2 ** 20
+
+
+def _microbatches(n, rows, width, dtype, g): return [torch.randn(rows, width, generator=g, dtype=dtype) for _ in range(n)]
+
+
+def _rel(a, b) -> float:
+    "Relative error of tensor `a` against `b` (0 where both are zero)."
+    d, n = (a - b).norm().item(), b.norm().item()
+    return d / n if n > 0 else d
+
+
+def ranks_on_one_device(device, # 'cpu' or 'cuda:0': where every rank runs
+                        D:int, name:str, N:int, opts:dict|None=None, # the schedule
+                        dtype=torch.float64, width:int=32, rows:int=8, layers:int=2, # the model: mlp_stages, `rows` rows per micro-batch
+                        dropout:float=0.1, steps:int=2, lr:float=0.1, seed:int=3,
+                        autocast:bool=False, # bf16 autocast on CUDA (the runtime's and the reference's; a CPU ignores it, as the runtime does)
+                        memory_model:bool=True, # profile the stages and ask memory.memory_estimate for each rank (SGD)
+                        timeout:float=120.0) -> dict:
+    """D pipeline ranks as threads of one process on one `device` (`run_threads`: `ThreadComm` carries the tensors, each
+    rank's `PipelineRuntime` gets device=`device`), `steps` SGD steps of schedule `name`; then the same training in one
+    process on the same device (`testing.reference_step`, the same dropout streams; under bf16 autocast too when
+    `autocast`). Returns the worst relative errors (loss, gradients of every rank's stages at every step, final
+    weights), the losses, each rank's timeline of the last step (CUDA events on a GPU, the host clock on a CPU) and
+    each rank's memory: its weights and gradients (exact) and the peak bytes autograd kept for it (`probe_memory`:
+    saved-tensor hooks, per rank), beside `memory_estimate`'s row for it and, on a GPU, the process' peak allocation
+    over the threaded run (the ranks share one allocator: torch.cuda.max_memory_allocated cannot be split by rank)."""
+    from torch import nn
+    from chimera_nb.comm import run_threads
+    from chimera_nb.runtime import PipelineRuntime
+    from chimera_nb.schedules import make_schedule
+    from chimera_nb.payload import split_microbatches
+    from chimera_nb.testing import mlp_stages, reference_step
+    dev = torch.device(device)
+    cuda = dev.type == 'cuda'
+    amp = (lambda: torch.autocast('cuda', dtype=torch.bfloat16)) if autocast and cuda else contextlib.nullcontext
+    s = make_schedule(name, D, N, **(opts or {}))
+    g = torch.Generator().manual_seed(0)
+    data = [(_microbatches(N, rows, width, dtype, g), _microbatches(N, rows, width, dtype, g)) for _ in range(steps)]
+    make = lambda: mlp_stages(s.num_stages, width, layers_per_stage=layers, dropout=dropout, dtype=dtype, seed=1)
+    loss_fn = nn.functional.mse_loss
+
+    def rank(r, world):
+        rt = PipelineRuntime(s, make(), loss_fn, seed=seed, device=dev, autocast=autocast, probe_memory=True, timeout=timeout / 2)
+        opt = torch.optim.SGD(list(rt.parameters()), lr=lr)
+        losses, grads, saved = [], [], 0
+        for xs, ys in data:
+            losses.append(rt.step(xs, ys, optimizer=opt))   # SGD leaves the gradients it used in .grad
+            grads.append({st: [p.grad.detach().cpu().clone() for p in m.parameters()] for st, m in rt.stages.items()})
+            saved = max(saved, rt.stats['peak_saved_bytes'])
+        wbytes = sum(p.numel() * p.element_size() for p in rt.parameters())
+        return dict(losses=losses, grads=grads, params={st: [p.detach().cpu().clone() for p in m.parameters()] for st, m in rt.stages.items()},
+                    timeline=rt.timeline, weight_bytes=wbytes, saved_bytes=saved, stages=sorted(rt.stages),
+                    devices=sorted({str(p.device) for p in rt.parameters()}))
+
+    if cuda:
+        torch.cuda.synchronize(dev); base = torch.cuda.memory_allocated(dev); torch.cuda.reset_peak_memory_stats(dev)
+    res = run_threads(rank, D, timeout=timeout)
+    process_peak = torch.cuda.max_memory_allocated(dev) - base if cuda else None
+
+    ref = [m.to(dev) for m in make()]
+    ropt = torch.optim.SGD([p for m in ref for p in m.parameters()], lr=lr)
+    out = dict(loss_err=0.0, grad_err=0.0, param_err=0.0, losses=[], ref_losses=[])
+    for t, (xs, ys) in enumerate(data):
+        for m in ref: m.zero_grad(set_to_none=True)
+        with amp(): rloss = reference_step(ref, split_microbatches(xs, s), split_microbatches(ys, s), loss_fn, seed=seed, step=t, device=dev)
+        losses = {r['losses'][t] for r in res}   # every rank returns the global batch's loss
+        out['losses'].append(res[0]['losses'][t]); out['ref_losses'].append(rloss)
+        out['loss_err'] = max([out['loss_err']] + [abs(l - rloss) / abs(rloss) for l in losses])
+        for r in res:
+            for st, gs in r['grads'][t].items():
+                out['grad_err'] = max([out['grad_err']] + [_rel(a, b.grad.detach().cpu()) for a, b in zip(gs, ref[st].parameters())])
+        ropt.step()
+    for r in res:
+        for st, ps in r['params'].items():
+            out['param_err'] = max([out['param_err']] + [_rel(a, b.detach().cpu()) for a, b in zip(ps, ref[st].parameters())])
+
+    tl = res[0]['timeline']   # the last step's, gathered over the pipeline: every rank's events
+    ranks = []
+    for r in range(D):
+        ev = tl.rank_events(r)
+        ranks.append(dict(rank=r, stages=res[r]['stages'], devices=res[r]['devices'], events=len(ev),
+                          # an action may launch no kernel (ZB-H1's B on stage 0: no input takes a gradient): its two CUDA
+                          # events are then back to back and may read the same time, so durations are >= 0, and counted
+                          in_order=[e.action for e in ev] == s.actions(r), positive=all(e.end >= e.start for e in ev),
+                          empty=sum(e.end == e.start for e in ev),
+                          busy_ms=tl.busy(r) * 1e3, first_ms=min((e.start for e in ev), default=0) * 1e3,
+                          last_ms=max((e.end for e in ev), default=0) * 1e3,
+                          weights_grads=2 * res[r]['weight_bytes'], saved=res[r]['saved_bytes']))
+    if memory_model:
+        from chimera_nb.profile import profile_layers
+        from chimera_nb.memory import memory_estimate
+        prof_stages = [m.to(dev) for m in make()]
+        x, y = data[0][0][0].to(dev), data[0][1][0].to(dev)
+        prof = profile_layers(prof_stages, x, loss_fn, y, repeats=2, progress=False, autocast=autocast)
+        for row, est in zip(ranks, memory_estimate(s, prof, optimizer='sgd', as_frame=False)):
+            row.update(model_weights_grads=est['weights'] + est['grads'], model_activations=est['activations'], model_total=est['total'])
+        del prof_stages
+    out.update(schedule=s.name, D=D, N=N, device=str(dev), ranks=ranks, step_ms=tl.compute_makespan * 1e3, bubble=tl.bubble_ratio,
+               process_peak=process_peak, clock='CUDA events' if cuda else 'host clock')
+    return out
+
+
+def _report(r) -> str:
+    "One configuration's result as text: errors, losses, then one line per rank."
+    lines = [f"{r['schedule']} D={r['D']} N={r['N']} on {r['device']}: loss err {r['loss_err']:.1e}, grad err {r['grad_err']:.1e}, "
+             f"weights err {r['param_err']:.1e}; losses {[f'{l:.6f}' for l in r['losses']]} vs one process {[f'{l:.6f}' for l in r['ref_losses']]}; "
+             f"last step {r['step_ms']:.2f} ms ({r['clock']}), bubble {r['bubble']:.2f}"
+             + (f"; process peak over the threaded run {r['process_peak'] / MiB:.2f} MiB, sum of the ranks' modelled totals "
+                f"{sum(x.get('model_total', 0) for x in r['ranks']) / MiB:.2f} MiB" if r['process_peak'] is not None else '')]
+    for x in r['ranks']:
+        lines.append(f"  rank {x['rank']} stages {x['stages']} on {x['devices']}: {x['events']} events ({x['empty']} of zero time), in order {x['in_order']}, "
+                     f"busy {x['busy_ms']:.2f} ms from {x['first_ms']:.2f} to {x['last_ms']:.2f} ms; weights+grads "
+                     f"{x['weights_grads'] / MiB:.3f} MiB (model {x.get('model_weights_grads', float('nan')) / MiB:.3f}), "
+                     f"autograd's peak {x['saved'] / MiB:.3f} MiB (model {x.get('model_activations', float('nan')) / MiB:.3f})")
+    return '\n'.join(lines)
+
+
+def check_ranks_on_one_device(device, width, rows, exact_tol=1e-10, show=print) -> list:
+    "Every ONE_DEVICE_CONFIGS run on `device` in float64 with dropout, and 1F1B / Chimera in bf16 autocast; asserts; returns the results."
+    dev, results = torch.device(device), []
+    for D, configs in ONE_DEVICE_CONFIGS.items():
+        for name, N, opts in configs:
+            r = ranks_on_one_device(device, D, name, N, opts, width=width, rows=rows)
+            show(_report(r)); results.append(r)
+            assert max(r['loss_err'], r['grad_err'], r['param_err']) < exact_tol, _report(r)
+            for x in r['ranks']:
+                assert x['devices'] == [str(dev)], x   # every rank's weights on the one device
+                assert x['in_order'] and x['positive'] and x['events'] > 0, x
+                assert x['weights_grads'] == x['model_weights_grads'], x
+                # what autograd kept for the rank, counted by its hooks, against the model's order over the profiled stages
+                assert abs(x['saved'] - x['model_activations']) <= 0.25 * x['model_activations'] + 4096, x
+            if r['process_peak'] is not None: assert r['process_peak'] >= sum(x['weights_grads'] for x in r['ranks']), r['process_peak']
+    for D, name, N in ((2, 'chimera', 4), (4, '1f1b', 8)):
+        kw = dict(dtype=torch.float32, width=width, rows=rows)
+        r = ranks_on_one_device(device, D, name, N, autocast=True, **kw)   # dropout on: the reference under the same autocast
+        show(_report(r)); results.append(r)
+        assert r['loss_err'] < 1e-3 and r['grad_err'] < 2e-2 and r['param_err'] < 1e-3, _report(r)
+        # against float32 training: without dropout (a bf16 tensor's dropout mask need not be a float32 one's)
+        bf, f32 = (ranks_on_one_device(device, D, name, N, autocast=a, dropout=0.0, memory_model=False, **kw) for a in (True, False))
+        diff = max(abs(a - b) / abs(b) for a, b in zip(bf['losses'], f32['ref_losses']))
+        show(f"bf16 autocast {name} D={D}: against one process under the same autocast (dropout 0.1): loss {r['loss_err']:.1e}, "
+             f"grads {r['grad_err']:.1e}, weights {r['param_err']:.1e}; losses against float32 training (no dropout): {diff:.1e}")
+        assert diff < 2e-2, diff
+        assert max(f32['loss_err'], f32['grad_err'], f32['param_err']) < 1e-5, _report(f32)
+    return results
+
+
+@pytest.mark.timeout(120)
+def test_ranks_on_one_device_cpu():
+    "The one-GPU test's code, on the CPU: D = 2 and 4 ranks as threads, every schedule exact against one process (the GPU variant below)."
+    check_ranks_on_one_device('cpu', width=16, rows=4)
+
+
+@cuda_only
+@pytest.mark.timeout(600)
+def test_ranks_on_one_gpu():
+    "D = 2 and D = 4 pipeline ranks sharing cuda:0 as threads: float64 exact, bf16 autocast, CUDA-event timelines, memory per rank."
+    check_ranks_on_one_device('cuda:0', width=256, rows=32)
