@@ -7,7 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/compute.html.md"""
 # %% auto #0
 __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context', 'ComputeBackend', 'ModuleCompute',
            'saved_bytes', 'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute',
-           'make_compute', 'HostClock', 'make_clock', 'CudaClock']
+           'make_compute', 'make_clock']
 
 # %% ../nbs/06f_compute.ipynb #bb62568e
 import contextlib, math, threading, time
@@ -221,6 +221,7 @@ def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 def saved_bytes(fn, params) -> tuple:
     "(result of fn(), bytes of the distinct storages autograd saved while it ran, parameters excluded)."
     seen, skip = {}, {p.untyped_storage().data_ptr() for p in params}
+    @torch.compiler.disable   # a compiled stage (--compile) calls this hook eagerly, not traced once per tensor layout
     def pack(t):
         s = t.untyped_storage()
         if s.data_ptr() not in skip: seen[s.data_ptr()] = s.nbytes()
@@ -447,19 +448,19 @@ def make_compute(schedule:Schedule, loss_fn:Callable|None=None, emulate:Costs|No
     return (RecomputeCompute if schedule.recompute else ModuleCompute)(loss_fn)
 
 # %% ../nbs/06f_compute.ipynb #ad562014
-class HostClock:
+class _HostClock:
     "Compute times from the host clock."
     def begin(self, device): pass
     def start(self) -> float: return time.perf_counter()
     def stop(self, token): return time.perf_counter()
     def resolve(self, events:list, t0:float) -> list: return events
 
-def make_clock(device:torch.device, trace:bool=True) -> HostClock:
+def make_clock(device:torch.device, trace:bool=True) -> _HostClock:
     "CUDA events when tracing on a GPU, else the host clock."
-    return CudaClock() if _cuda(device) and trace else HostClock()
+    return _CudaClock() if _cuda(device) and trace else _HostClock()
 
 # %% ../nbs/06f_compute.ipynb #0c2b836d
-class CudaClock(HostClock):
+class _CudaClock(_HostClock):
     "Compute times from CUDA events, read after the step (no host sync per action); the events are reused every step."
     def __init__(self): self.pool, self.used = [], 0
     def _event(self):
@@ -474,7 +475,7 @@ class CudaClock(HostClock):
 
 # %% ../nbs/06f_compute.ipynb #be2d79a8
 @patch
-def resolve(self:CudaClock, events, t0):
+def resolve(self:_CudaClock, events, t0):
     torch.cuda.synchronize(self.device)
     offset, out, k = self.t0 - t0, [], 0
     for ev in events:

@@ -77,6 +77,18 @@ HARDWARE |= {
         gpus_per_node=3, links_per_node=1),
 }
 
+# %% ../nbs/00_hardware.ipynb #b54e58e3
+_HOPPER = dict(p2p_latency=8e-6, p2p_bandwidth=450 * _GB, ar_alpha=10e-6, ar_beta=1 / (50 * _GB), efficiency=0.50, half_tokens=2048,
+               dtype='bfloat16', gpus_per_node=8, links_per_node=8,
+               assumed='efficiency 50% and half_tokens 2048 fitted by eye to compiled BERT-large / GPT-2 layers on a lent H200 '
+                       '(44-48% at 16k tokens per micro-batch; eager reaches about half of that below 16k); NVLink 4 between '
+                       'pipeline neighbours (450 GB/s each way), one 400 Gb/s InfiniBand NDR port per GPU (50 GB/s); NCCL 8-10 us')
+HARDWARE |= {
+    'h100': Hardware('h100', 989e12, 80 * _GB, source='NVIDIA H100 SXM5 data sheet: 989 TFLOP/s dense BF16, 80 GB HBM3, NVLink 4 '
+                     '900 GB/s; DGX H100: 8 GPUs, 8 ConnectX-7 400 Gb/s ports', **_HOPPER),
+    'h200': Hardware('h200', 989e12, 141 * _GB, source='NVIDIA H200 SXM data sheet: 989 TFLOP/s dense BF16, 141 GB HBM3e, NVLink 4 '
+                     '900 GB/s; HGX H200: 8 GPUs', **_HOPPER)}
+
 # %% ../nbs/00_hardware.ipynb #6d9717a0
 def check_hardware(h:Hardware) -> Hardware:
     "`h` if its resources are usable (positive FLOP/s, memory, bandwidths; efficiency in (0, 1]), else a ValueError naming the field."

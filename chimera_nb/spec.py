@@ -40,6 +40,7 @@ def field_docs(cls) -> dict:
 DTYPES = ('float32', 'float64', 'bfloat16')
 _SOURCES = ('auto', 'preset', 'package', 'folder', 'hub')
 _SYNCS = SYNC_POLICIES + ('auto',)
+_COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')   # torch.compile's modes
 
 @dataclass(frozen=True)
 class PipelineSpec:
@@ -60,6 +61,7 @@ class PipelineSpec:
     sync: str = 'auto'             # gradient all-reduce: eager, eager-opt, end, or auto (eager on CUDA, end on CPU)
     hardware: str|None = None      # what it was predicted for: a perf_model.HARDWARE name or a saved Profile (.json)
     order: str|None = None         # schedule custom: the order itself, in the schedules' text form (a searched or hand-written one)
+    compile: str|None = None       # torch.compile each stage's blocks in this mode: default, reduce-overhead (also CUDA graphs), max-autotune-no-cudagraphs; None: eager
 
     def __post_init__(self):
         _check_types(self); _canonical(self); _check_model(self); _check_schedule(self)
@@ -95,6 +97,7 @@ def _check_types(s:PipelineSpec):
         if v is not None and (not isinstance(v, str) or not v.strip()): raise SpecError(f"{k} must be a non-empty name or path, got {v!r}")
     check_choice('dtype', s.dtype, DTYPES); check_choice('source', s.source, _SOURCES)
     check_choice('sync', s.sync, _SYNCS)
+    if s.compile is not None: check_choice('compile', s.compile, _COMPILE_MODES)
     if not isinstance(s.schedule, str): raise SpecError(f"schedule must be a name, got {s.schedule!r}")
     if s.schedule.lower() != 'custom':
         try: schedule_kind(s.schedule)

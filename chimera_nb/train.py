@@ -157,6 +157,15 @@ def _update(rt:PipelineRuntime, opt, cfg:TrainConfig, x, y) -> tuple:
     except NonFiniteLossError as e: return float('nan'), float('nan'), e
     return loss, rt.grad_norm, None
 
+# %% ../nbs/07_train.ipynb #1608d47f
+def _compile_stages(stages, mode:str):
+    "Each stage compiled in place with `torch.compile(mode=mode)` per block (a `Stage`'s layers, as torchtitan compiles each transformer block; other modules whole): parameters, state dicts and ties stay as they are."
+    from chimera_nb.partition import Stage
+    from chimera_nb._compat import keep_backward_graphs
+    keep_backward_graphs()   # a split backward (zero-bubble) runs a block's backward in two halves on one graph
+    for st in stages:
+        for m in (st.layers if isinstance(st, Stage) else [st]): m.compile(mode=mode)
+
 # %% ../nbs/07_train.ipynb #92053db6
 def train_rank(rank:int, world:int, # this process's rank and the world size (given by launch_local, or read from the env)
                cfg:TrainConfig, td:TaskData|None=None, on_step=None) -> TrainResult:
@@ -165,7 +174,8 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
     log, stop, probe = MetricsLog(cfg.metrics if rank == 0 else None), _StopFlag().install(), ResourceProbe(rt.device)
     profile = profile_stages(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
-    log_start(log, cfg, rt, profile, start)   # the run's identity and its predicted step, first
+    if cfg.spec.compile: _compile_stages(rt.stages.values(), cfg.spec.compile)   # after the profile: compiling inside a timing would swamp it
+    basis = log_start(log, cfg, rt, profile, start, pm, td)   # the run's identity, predicted step, FLOPs and peak, first
     bar = _bar(cfg, start) if rank == 0 else None
     losses, ev, times, t_run, clock = [], {}, [], time.perf_counter(), StepClock()
     step, skips = start, 0
@@ -182,7 +192,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
             times.append(time.perf_counter() - t0)
             ranks = rt.all_gather_floats([stop.raised, rt.stats.get('peak_saved_bytes', 0)] + probe.sample())
             losses.append((step - 1, loss))
-            if rank == 0: report_step(log, cfg, rt, td, step, loss, norm, err is not None, times[-1], ranks, opt); clock.add(rt.timeline)
+            if rank == 0: report_step(log, cfg, rt, td, step, loss, norm, err is not None, times[-1], ranks, opt, basis); clock.add(rt.timeline)
             if bar is not None: bar.update(1); bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{cfg.global_batch_size / times[-1]:.1f}")
             if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.steps:
                 ev = evaluate_model(cfg, rt, td); log.write(event='eval', step=step, **ev)
@@ -194,7 +204,7 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
         if bar is not None: bar.close()
     ev = evaluate_model(cfg, rt, td)
     log.write(event='eval', step=step, **ev)
-    summary = summarize(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile, clock) if rank == 0 else {}
+    summary = summarize(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile, clock, basis) if rank == 0 else {}
     return TrainResult(step, False, losses, ev, summary)
 
 # %% ../nbs/07_train.ipynb #3c2ea6c1
