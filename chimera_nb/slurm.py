@@ -29,6 +29,7 @@ _ALLOWED = {  # field kind: (regular expression, what the message says is allowe
     'env': (r'[A-Za-z_][A-Za-z0-9_]{0,99}', "an environment variable name: letters, digits and _, not starting with a digit"),
     'sbatch': (r'--[a-z][a-z-]{0,40}(=[A-Za-z0-9_.,:+/@=-]{1,200})?', "an sbatch option like --constraint=ib or --exclusive (letters, digits and _ . , : + / @ = -)"),
     'mem': (r'[0-9]{1,9}[KMGTkmgt]?[Bb]?', "a size like 16gb, 4000M or 1T (digits and an optional K, M, G or T)"),
+    'hub': (r'[A-Za-z0-9_.~/][A-Za-z0-9_./+=,@~:-]{0,399}', "a hub name like google-bert/bert-base-uncased (or a path on the cluster): letters, digits and _ . / + = , @ ~ : -"),
 }
 
 def _check_value(what:str, # the field's name, for the message
@@ -40,6 +41,22 @@ def _check_value(what:str, # the field's name, for the message
     if not isinstance(value, str): raise TypeError(f"{what} must be a string, got {type(value).__name__} {value!r}")
     if not re.fullmatch(pat, value): raise ValueError(f"{what} {value!r} is not allowed: use {allowed}")
     return value
+
+# %% ../nbs/10_slurm.ipynb #d093c91e
+_CONTROLS = ''.join(map(chr, [*range(0x20), *range(0x7f, 0xa0)])) + '\u2028\u2029'   # C0, DEL, C1 and the Unicode line separators
+_BREAKS = '\n\r\0'   # what ends a line for bash or sbatch, or cannot be in a script at all
+
+def _bad_char(value:str, # a value headed for the script
+              bad:str=_BREAKS # the characters refused (besides text that UTF-8 cannot write)
+             ) -> str|None:
+    "The first character of `value` that is in `bad` or is not text (a lone surrogate); None when there is none."
+    return next((c for c in value if c in bad or 0xd800 <= ord(c) <= 0xdfff), None)
+
+# %% ../nbs/10_slurm.ipynb #ff9aa1d5
+def _comment(text:str) -> str:
+    "`text` as one comment line of the script, its unprintable characters written as \\u escapes."
+    esc = lambda c: c if c.isprintable() else f'\\u{ord(c):04x}' if ord(c) < 0x10000 else f'\\U{ord(c):08x}'
+    return '# ' + ''.join(map(esc, text))
 
 # %% ../nbs/10_slurm.ipynb #23085123
 def time_seconds(t:str|int # a SLURM time limit ('30', '1:00:00', '2-12:00:00') or minutes as an int
@@ -133,6 +150,13 @@ def _check_ints(job):
     for n in ('nodes', 'cpus_per_task', 'max_restarts', 'signal_before', 'gpus_per_node'):
         check_number(n, getattr(job, n), int, 1 if n in ('nodes', 'cpus_per_task') else 0)
 
+# %% ../nbs/10_slurm.ipynb #2b246b49
+def _check_model(spec:PipelineSpec):
+    "Refuse a hub name outside its character set, and a model folder whose path holds a control character."
+    if spec.source == 'hub': _check_value('model (a hub name)', spec.model, 'hub')
+    if spec.source == 'folder' and (c := _bad_char(spec.model, _CONTROLS)):
+        raise ValueError(f"model folder {spec.model!r} holds {c!r}, a control character or a byte that is not UTF-8: rename the folder")
+
 # %% ../nbs/10_slurm.ipynb #8401274e
 def _check_strings(job):
     _check_value('name', job.name, 'name'); _check_value('run_dir', str(job.run_dir), 'path'); _check_value('python', job.python, 'path')
@@ -144,10 +168,10 @@ def _check_strings(job):
     if not isinstance(job.env, dict): raise TypeError(f"env must be a dict of name: value, got {type(job.env).__name__}")
     for k, v in job.env.items():
         _check_value('env name', k, 'env')
-        if not isinstance(v, str) or '\n' in v or '\0' in v: raise ValueError(f"env {k}: a one-line string, got {v!r}")
+        if not isinstance(v, str) or _bad_char(v, '\n\0'): raise ValueError(f"env {k}: a one-line string of text, got {v!r}: leave out newlines and NUL")
     for line in job.setup:
-        if not isinstance(line, str) or '\n' in line or '\r' in line or '\0' in line:
-            raise ValueError(f"setup lines are one line each (no newlines), got {line!r}")
+        if not isinstance(line, str) or _bad_char(line):
+            raise ValueError(f"setup lines are one line each (no newlines), got {line!r}: give each line as its own string")
 
 # %% ../nbs/10_slurm.ipynb #7c7b9520
 def check_job(job:SlurmJob) -> SlurmJob:
@@ -157,6 +181,7 @@ def check_job(job:SlurmJob) -> SlurmJob:
         if isinstance(getattr(job, n), str): raise TypeError(f"{n} must be a list or tuple of strings, got the string {getattr(job, n)!r}")
     _check_ints(job); _check_strings(job); time_seconds(job.time)
     if not isinstance(job.train, TrainConfig): raise TypeError(f"train must be a TrainConfig, got {type(job.train).__name__}")
+    _check_model(job.train.spec)
     job.train.replace(checkpoint_dir='checkpoints', resume=True, local_ranks=0)  # checked as the script runs it
     from chimera_nb.tasks import check_data   # a misspelt data set fails here, not 12 s into the job
     check_data(job.train)
@@ -182,6 +207,16 @@ def run_toml(cfg:TrainConfig) -> str:
     lines = cfg.to_toml().removesuffix('\n').split('\n')   # not splitlines(): it breaks at '\x85' too
     return '\n'.join(l for l in lines if l.split(' = ')[0] not in _SCRIPT_SET) + '\n'
 
+# %% ../nbs/10_slurm.ipynb #20a84a6f
+_END = 'CHIMERA_RUN'   # the run file's here-document delimiter
+
+def _here_doc(text:str) -> list:
+    "The body lines of a quoted here-document holding `text`, and its delimiter; a line that would end it early, or break, refused."
+    lines = text.removesuffix('\n').split('\n')
+    if (bad := next((l for l in lines if l == _END or _bad_char(l, _CONTROLS)), None)) is not None:
+        raise ValueError(f"run file line {bad!r} would end the script's here-document or break its line: write the run with run_toml, which escapes it")
+    return lines + [_END]
+
 # %% ../nbs/10_slurm.ipynb #58729664
 def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list:
     L = ['#!/bin/bash', f'# chimera_nb: {job.name}, rendered by chimera_nb.slurm' + ('' if portable else '; kept with the run as job.sh'),
@@ -201,7 +236,7 @@ def _header(job:SlurmJob, run:Path, array:int|None, portable:bool=False) -> list
 
 # %% ../nbs/10_slurm.ipynb #9f187e79
 def _layout_comment(job:SlurmJob) -> list:
-    L = [f'# spec {job.train.spec.key()}: {job.train.spec}',
+    L = [_comment(f'spec {job.train.spec.key()}: {job.train.spec}'),   # the model's name is free text
          f'# rank layout: W={job.train.spec.W} pipelines x D={job.train.spec.D} stages = {job.world} ranks, '
          f'{job.ntasks_per_node} per node (rank r: stage position r mod D of pipeline r div D)']
     for w, ranks, nodes in _rank_layout(job)[:16]:
@@ -235,7 +270,7 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     L = ['case "${SLURM_ARRAY_TASK_ID:-none}" in']
     for i, cfg in enumerate(configs):   # each task's run file, written by the script itself (quoted here-document: no expansion)
         key, out = ('none', q(str(run))) if len(configs) == 1 else (str(i), q(str(run / f'task-{i}')))
-        L += [f'  {key}) OUT={out}; mkdir -p "$OUT"; cat > "$OUT/run.toml" <<\'CHIMERA_RUN\'', *run_toml(cfg).split('\n')[:-1], 'CHIMERA_RUN', '  ;;']
+        L += [f'  {key}) OUT={out}; mkdir -p "$OUT"; cat > "$OUT/run.toml" <<\'{_END}\'', *_here_doc(run_toml(cfg)), '  ;;']
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac',
           'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
           'trap - ERR; rc=0',
@@ -257,13 +292,13 @@ def render(job:SlurmJob, # the job (checked here)
           ) -> str:
     "The batch script of `job`."
     check_job(job)
-    if any('\n' in n or '\r' in n for n in notes): raise ValueError("notes are one line each")
+    if any(not isinstance(n, str) or '\n' in n or '\r' in n for n in notes): raise ValueError("notes are one line each: give each line as its own string")
     configs = list(configs) if configs else [job.train]
     for i, c in enumerate(configs):
         check_job(dataclasses.replace(job, train=c))  # every task must fit the same allocation
     run = Path(job.run_dir) if portable else Path(job.run_dir).absolute()
     _check_value('run_dir', str(run), 'path')
-    lines = (_header(job, run, len(configs) if len(configs) > 1 else None, portable) + [f'# {n}'.rstrip() for n in notes]
+    lines = (_header(job, run, len(configs) if len(configs) > 1 else None, portable) + [_comment(n).rstrip() for n in notes]
              + _layout_comment(job) + _environment(job) + _launch(job, run, configs))
     return '\n'.join(lines) + '\n'
 
