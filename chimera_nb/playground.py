@@ -84,6 +84,16 @@ def _nothing_fits(rejected, # the tuner's rejected configurations (a `reason` co
             f"can run). Why:<ul style='margin:2px 0'>{why}</ul>Change the GPUs, the global batch, the memory or the model, "
             f"and Tune again.</div>")
 
+# %% ../nbs/12_playground.ipynb #7aacf511
+def _sample_flops(model:str) -> float|None:
+    "Model FLOPs of one sample, forward and backward (3x the forward: 24·S·h² + 4·S²·h per block, 2·S·h·V for the head), for a BERT / GPT-2 preset; else None."
+    import transformers as T
+    p = PRESETS.get(model)
+    if p is None or p.family not in ('bert', 'gpt2'): return None
+    c = (T.BertConfig if p.family == 'bert' else T.GPT2Config)(**p.config)
+    S, h = p.seq_len, c.hidden_size
+    return 3.0 * (c.num_hidden_layers * (24 * S * h * h + 4 * S * S * h) + 2 * S * h * c.vocab_size)
+
 # %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch
 
@@ -102,7 +112,8 @@ def tune(self:Playground):
     except (ValueError, TypeError) as e:
         self.tuning = None; self._clear()
         self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"; return
-    r = self.tuning.ranking
+    r, flops = self.tuning.ranking, _sample_flops(self.model.value)
+    if flops and len(r): r = self.tuning.ranking = r.assign(mfu=r.throughput * flops / (r.W * r.D * HARDWARE[self.hardware.value].peak_flops))
     if not len(r):
         self._clear()
         self.message.value = _nothing_fits(self.tuning.rejected, f"{self.model.value} on {self.gpus.value} GPUs"); return
@@ -124,13 +135,13 @@ def _clear(self:Playground):
 # %% ../nbs/12_playground.ipynb #e4021dee
 _RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute',
                     'iteration_s': 'iteration (s)', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
-                    'memory_GiB': 'memory (GiB/GPU)'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
+                    'memory_GiB': 'memory (GiB/GPU)', 'mfu': 'MFU'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
 
 def _ranking_html(r, rows:int=10) -> str:
     "The first `rows` of an autotune ranking as HTML: units in the headers, 3 significant digits, scrolls sideways."
     t = r[[c for c in _RANKING_COLUMNS if c in r]].head(rows).copy()
     for c in t.columns:
-        if c == 'bubble': t[c] = t[c].map(pct)
+        if c in ('bubble', 'mfu'): t[c] = t[c].map(pct)
         elif t[c].dtype.kind == 'f': t[c] = t[c].map(sig3)
     t = t.rename(columns={k: (f"<abbr title='{html.escape(GLOSSARY[v])}'>{v}</abbr>" if v in GLOSSARY else v)
                           for k, v in _RANKING_COLUMNS.items()})

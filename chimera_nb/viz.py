@@ -49,7 +49,9 @@ GLOSSARY = {'W': 'data-parallel width: pipelines training side by side, each on 
             'N': 'micro-batches per pipeline per iteration',
             'B̂': 'global batch: samples per iteration, W · N · B',
             'Ma': 'activation memory of one stage for one micro-batch',
-            'Mθ': 'weight memory of one stage (its parameters)'}
+            'Mθ': 'weight memory of one stage (its parameters)',
+            'MFU': "model FLOPs utilisation: the model's FLOPs per second (forward and backward; recomputation not counted) "
+                   "over the peak of the GPUs it runs on"}
 
 def _gloss(term:str) -> str:
     "'term: meaning' of a `GLOSSARY` term, for hovers and tooltips."
