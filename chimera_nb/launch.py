@@ -46,8 +46,10 @@ def init_from_env(backend:str|None=None, # 'gloo' or 'nccl' (default: nccl with 
     if 'MASTER_ADDR' not in env or 'MASTER_PORT' not in env:
         raise RuntimeError("MASTER_ADDR and MASTER_PORT must be set (torchrun sets them)")
     if backend is None: backend = 'nccl' if torch.cuda.is_available() else 'gloo'
-    if backend == 'nccl': torch.cuda.set_device(local % torch.cuda.device_count())
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout))
+    bind = {}
+    if backend == 'nccl':   # bound to its GPU at once, as torchtitan does: eager communicator set-up, sub-groups split from it
+        dev = torch.device('cuda', local % torch.cuda.device_count()); torch.cuda.set_device(dev); bind = dict(device_id=dev)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=timeout), **bind)
     return rank, world, local
 
 # %% ../nbs/06a_launch.ipynb #dce7e9d1
