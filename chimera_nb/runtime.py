@@ -152,9 +152,11 @@ def _check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed
 
 # %% ../nbs/06_runtime.ipynb #a250b77d
 def pick_device(device) -> torch.device:
-    "`device`, or cuda:LOCAL_RANK when the process group is NCCL, else the CPU."
+    "`device`; else this rank's GPU: cuda:LOCAL_RANK under NCCL, ranks on threads share the GPUs (rank mod their count); else the CPU."
     if device is not None: return torch.device(device)
-    nccl = getattr(threading.current_thread(), 'chimera_comm', None) is None and dist.is_available() and dist.is_initialized() and dist.get_backend() == 'nccl'
+    comm = getattr(threading.current_thread(), 'chimera_comm', None)
+    if comm is not None: return torch.device(f"cuda:{comm.rank % torch.cuda.device_count()}" if torch.cuda.is_available() else 'cpu')
+    nccl = dist.is_available() and dist.is_initialized() and dist.get_backend() == 'nccl'
     return torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0)) % torch.cuda.device_count()}" if nccl else 'cpu')
 
 # %% ../nbs/06_runtime.ipynb #3e89fea7

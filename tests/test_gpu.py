@@ -13,7 +13,7 @@
   everywhere, so it is not skipped).
 Run: .venv/bin/python -m pytest tests/test_gpu.py -q   (on a GPU node; `-s` prints the measurements)
 """
-import contextlib, json, os, socket, subprocess, sys, textwrap
+import contextlib, json, math, os, socket, subprocess, sys, textwrap
 import pytest
 import torch
 
@@ -372,3 +372,21 @@ def test_ranks_on_one_device_cpu():
 def test_ranks_on_one_gpu():
     "D = 2 and D = 4 pipeline ranks sharing cuda:0 as threads: float64 exact, bf16 autocast, CUDA-event timelines, memory per rank."
     check_ranks_on_one_device('cuda:0', width=256, rows=32)
+
+
+@cuda_only
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize('compile', [None, 'default'])
+def test_training_ranks_on_one_gpu(tmp_path, compile):
+    "chimera-train's loop on two thread ranks sharing the GPU (eager, then compiled): it runs on the GPU, bf16, and reports MFU."
+    from chimera_nb.spec import PipelineSpec, TrainConfig
+    from chimera_nb.train import train_rank, prepare_data
+    from chimera_nb.comm import run_threads
+    cfg = TrainConfig(PipelineSpec(D=2, N=2, dtype='bfloat16', schedule='1f1b', compile=compile), steps=3, dropout=0.0, progress=False,
+                      metrics=str(tmp_path / 'm.jsonl'))
+    res = run_threads(train_rank, 2, cfg, prepare_data(cfg), timeout=500)[0]
+    s = res.summary
+    steps = [json.loads(l) for l in open(tmp_path / 'm.jsonl') if '"event"' not in l]
+    print(f"compile={compile}: device {s['device']}, mean step {s['mean_step_s'] * 1e3:.1f} ms, first {s['first_step_s']:.1f} s, MFU {s['mfu']}")
+    assert torch.cuda.get_device_name(0) in s['device'] and all(r['cuda_peak_bytes'][0] > 0 for r in steps)
+    assert all(math.isfinite(l) for _, l in res.losses)
