@@ -57,7 +57,8 @@ bench: install
 readme: install
 	$(VENV)/bin/jupyter nbconvert --to markdown --execute nbs/index.ipynb --output-dir . --output README --log-level WARN
 
-# the documentation site in _site/ (open _site/index.html): the notebooks as pages, not executed, and an API page per module
-# from the docments. mkdocs-material + mkdocs-jupyter, because Quarto (nbdev's renderer) cannot be installed offline
+# the documentation site in _site/ (open _site/index.html; works from the files, offline): every notebook executed (~13 min on
+# 2 cores; build/docs-cache keeps the results until a notebook or the package changes) and rendered as nbdev does, and an API
+# page per module from the docments. mkdocs-material + mkdocs-jupyter, because Quarto (nbdev's renderer) cannot be installed offline
 docs: install
 	$(PY) docs/build_docs.py

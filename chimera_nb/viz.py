@@ -425,7 +425,7 @@ def _unit_table(table, unit:str='cost units'):
     for c in ('bubble', 'bubble_closed_form'):
         if c in t: t[c] = t[c].map(lambda v: '' if v != v or v is None else pct(v))
     if 'closed_form_act' in t:
-        t['closed_form_act'] = t.closed_form_act.map(lambda v: '–'.join(dict.fromkeys(sig3(x) for x in v)) if isinstance(v, tuple) else '')
+        t['closed_form_act'] = t.closed_form_act.map(lambda v: '–'.join(dict.fromkeys(sig3(x) for x in v if x is not None)) if isinstance(v, tuple) else '')
     return t.rename(columns={'makespan': f'makespan ({unit})', 'makespan_closed_form': f'closed form ({unit})',
                              'bubble': 'bubble ratio', 'bubble_closed_form': 'closed form ratio', 'assumes': 'closed form assumes',
                              'peak_act_min': 'peak activations, least rank (Ma)', 'peak_act_max': 'most rank (Ma)',

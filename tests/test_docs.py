@@ -1,23 +1,33 @@
 """The documentation site: `docs/build_docs.py` (what `make docs` runs) builds it from the notebooks and the code's
-docments; its index and an API page open in headless Chromium and show their content."""
+docments. Built here with `--execute 02_viz` (one notebook executed, to keep the test short; `make docs` executes them
+all but NOT_EXECUTED), then read as files and opened in headless Chromium from file://, as a user opens `_site/`:
+pages render the notebooks as nbdev does (no `#|` directives, no hidden, exported or test cells, show_doc in their
+place), the Viz page draws its plotly figures from the site's own plotly.js, the sidebar scrolls to its last entry at
+1280x900, and search answers from file://. Screenshots go to a temp folder the test prints (and $CHIMERA_BROWSER_OUT)."""
 import os, re, subprocess, sys, time
 from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(subprocess.run([sys.executable, '-c', 'import mkdocs, mkdocs_jupyter, material'],
+pytestmark = pytest.mark.skipif(subprocess.run([sys.executable, '-c', 'import mkdocs, mkdocs_jupyter, material, nbclient'],
                                                capture_output=True).returncode != 0,
                                 reason="mkdocs-material and mkdocs-jupyter are not installed (pip install -e '.[dev]')")
+
+# text of the cells 02_viz must not show: its `#| hide` imports, a test cell, an exported cell's code
+HIDDEN = ['from fastcore.test import test_eq, test_fail, test_close',          # #| hide
+          "test_eq(set(GLOSSARY), {'W', 'D', 'B', 'N'",                        # a test cell
+          '_PIPE_HUES = (']                                                    # #| export (shown by its show_doc instead)
 
 
 @pytest.fixture(scope='module')
 def site(tmp_path_factory):
-    "The site built once into a temp folder; (folder, seconds)."
-    out = tmp_path_factory.mktemp('site')
+    "The site built once into a temp folder, executing 02_viz only; (folder, seconds)."
+    out, stage = tmp_path_factory.mktemp('site'), tmp_path_factory.mktemp('stage')
     t = time.time()
-    r = subprocess.run([sys.executable, 'docs/build_docs.py', '--site', str(out)], cwd=ROOT, capture_output=True, text=True,
-                       timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    r = subprocess.run([sys.executable, 'docs/build_docs.py', '--site', str(out), '--stage', str(stage), '--execute', '02_viz'],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    print(r.stderr[-1500:])
     return out, time.time() - t
 
 
@@ -34,9 +44,27 @@ def test_docs_build(site):
     assert {p.stem for p in (out / 'api').glob('*.html')} >= {'schedules', 'simulate', 'viz', 'explore', 'spec', 'train'}
 
 
+def test_docs_pages_as_nbdev(site):
+    "Notebook pages as nbdev renders them, the executed one with its outputs, the others with a note; offline search."
+    out, _ = site
+    pages = {p.stem: p.read_text() for p in (out / 'notebooks').glob('*.html')}
+    assert len(pages) > 30
+    assert not [n for n, h in pages.items() if '#|' in h], 'nbdev directives shown'
+    viz = pages['02_viz']
+    for text in HIDDEN: assert text not in viz, text
+    assert '<h3 id="plot_timeline"' in viz and 'text on bars' in viz       # show_doc of an exported function, its docments
+    assert "plot_timeline(simulate(make_schedule('gpipe', 4, 4)))" in re.sub(r'<[^>]+>', '', viz).replace('&#39;', "'")
+    assert viz.count('plotly-graph-div') >= 5 and viz.count('plotly.min.js"></script>') == 1   # figures; plotly.js once
+    assert 'cdn.plot.ly' not in viz and 'Not executed for this site' not in viz
+    assert 'Not executed for this site' in pages['00_schedules'] and 'plotly-graph-div' not in pages['00_schedules']
+    assert (out / 'assets' / 'javascripts' / 'plotly.min.js').stat().st_size > 1_000_000
+    assert (out / 'search' / 'search_index.js').read_text().startswith('var __index =')   # the offline plugin's index
+    assert 'unpkg.com' not in (out / 'index.html').read_text()             # the iframe-worker shim is the site's own
+
+
 def test_docs_in_chromium(site, tmp_path):
     "The index and the viz API page in headless Chromium, opened as files: their headings and content are there."
-    from test_browser import CHROMIUM, CHROME_ARGS, _shot
+    from lab_server import CHROMIUM, CHROME_ARGS, screenshot as _shot
     if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}")
     sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
     out, _ = site
@@ -56,6 +84,63 @@ def test_docs_in_chromium(site, tmp_path):
             assert 'text on bars' in table and 'labels' in table, table
             page.locator('h2#plot_timeline').scroll_into_view_if_needed()
             _shot(page, tmp_path, 'docs-api-viz.png', full=False)
+            print(f"screenshots in {tmp_path}")
+        finally:
+            browser.close()
+
+
+def test_docs_site_in_chromium(site, tmp_path):
+    """From file:// at 1280x900: the Viz page draws plotly figures and shows no directive, hidden or test cell; the
+    sidebar scrolls to its last entry (the last API page), which opens; search finds pages."""
+    from lab_server import CHROMIUM, CHROME_ARGS, screenshot as _shot
+    if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}")
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    out, _ = site
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try:
+            page = browser.new_page(viewport={'width': 1280, 'height': 900})
+            errors = []
+            page.on('pageerror', lambda e: errors.append(str(e)))
+            page.goto((out / 'notebooks' / '02_viz.html').as_uri())
+            plot = page.locator('.js-plotly-plot').first
+            plot.locator('svg.main-svg').first.wait_for(timeout=30_000)
+            assert page.locator('.js-plotly-plot').count() >= 5
+            bars = plot.locator('.barlayer path').count()
+            assert bars >= 32, bars                                         # chimera D=4 N=4: 32 actions, bubbles besides
+            text = page.locator('article').inner_text()
+            assert '#|' not in text and not [h for h in HIDDEN if h in text]
+            plot.scroll_into_view_if_needed()
+            _shot(page, tmp_path, 'docs-viz-figure.png', full=False)
+
+            # the sidebar: taller than the window, it scrolls on its own; its last entry comes into view and opens
+            wrap = page.locator('.md-sidebar--primary .md-sidebar__scrollwrap')
+            scroll_h, client_h = wrap.evaluate('e => [e.scrollHeight, e.clientHeight]')
+            assert scroll_h > client_h, (scroll_h, client_h)
+            last = page.locator('.md-sidebar--primary .md-nav__link[href]').last
+            name = last.inner_text().strip()
+            wrap.hover(); page.mouse.wheel(0, 5000)                                # scroll as a user does, with the wheel
+            in_view = lambda b: b is not None and 0 <= b['y'] and b['y'] + b['height'] <= 900
+            for _ in range(100):                                                   # a loaded machine scrolls late: up to 10 s
+                if in_view(box := last.bounding_box()): break
+                page.wait_for_timeout(100)
+            assert in_view(box), box
+            assert wrap.evaluate('e => e.scrollTop') > 0
+            _shot(page, tmp_path, 'docs-sidebar-end.png', full=False)
+            last.click()
+            page.wait_for_url(re.compile(rf'/api/{re.escape(name)}\.html$'))
+            assert page.locator('h1').first.inner_text().strip() == f'chimera_nb.{name}'
+
+            # search from file:// (the offline plugin's inlined index, run by the vendored iframe-worker shim)
+            page.goto((out / 'index.html').as_uri())
+            page.locator('input.md-search__input').click()
+            page.keyboard.type('plot_timeline', delay=30)
+            page.locator('.md-search-result__item').first.wait_for(timeout=30_000)
+            meta = page.locator('.md-search-result__meta').inner_text()
+            assert re.match(r'\d+ matching documents?', meta), meta
+            assert page.locator('.md-search-result__item').filter(has_text='plot_timeline').count() > 0
+            _shot(page, tmp_path, 'docs-search.png', full=False)
+            assert not errors, errors
             print(f"screenshots in {tmp_path}")
         finally:
             browser.close()
