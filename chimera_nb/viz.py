@@ -123,7 +123,7 @@ def _apply_theme(fig:go.Figure, theme:str='auto') -> go.Figure:
     return fig
 
 # %% ../nbs/02_viz.ipynb #25b1cab0
-_TITLE_CHARS = 60   # a title line: longer ones wrap at a word, so a narrow notebook (800 px) shows them whole
+_TITLE_CHARS = 56   # a title line: longer ones wrap at a word, so a narrow notebook (800 px) shows them whole
 
 def _wrap(text:str, width:int=_TITLE_CHARS) -> str:
     "`text` with <br> between words so its first line's parts stay within `width` characters (its own <br> lines kept)."
@@ -133,7 +133,7 @@ def _wrap(text:str, width:int=_TITLE_CHARS) -> str:
 def _titled(fig:go.Figure, text:str, margin:dict, gap:int=0) -> go.Figure:
     "Title `fig` under the toolbar's band at the top (the toolbar never covers it), wrapped; the top margin fits its lines (and `gap` px more: subplot titles)."
     t = _wrap(text or '')
-    fig.update_layout(title=dict(text=t, x=0, xanchor='left', xref='paper', yref='container', y=1, yanchor='top', pad=dict(t=30)),
+    fig.update_layout(title=dict(text=t, x=0, xanchor='left', xref='container', yref='container', y=1, yanchor='top', pad=dict(t=30, l=12)),
                       margin=dict(margin, t=42 + gap + 21 * (t.count('<br>') + 1)))
     return fig
 
