@@ -7,8 +7,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
            'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'read_metrics', 'collect',
-           'JobWatch', 'schedule_configs', 'scaling_configs', 'sweep_jobs', 'submit_sweep', 'plot_sweep', 'JobForm',
-           'job_form']
+           'JobWatch', 'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, os, re, shlex, shutil, subprocess, sys, time
@@ -630,47 +629,6 @@ def _ipython_display_(self:JobWatch):
 def watch(self:Job, poll=30.0, max_poll=300.0, metrics_every=2.0) -> JobWatch:
     "Follow the job in the notebook (see `JobWatch`)."
     return JobWatch(self, poll, max_poll, metrics_every=metrics_every)
-
-# %% ../nbs/10_slurm.ipynb #e4346fef
-def schedule_configs(cfg:TrainConfig, schedules=('chimera', '1f1b', 'gpipe')) -> list:
-    "The same run under several schedules: same ranks, same global batch."
-    return [cfg.replace(schedule=s) for s in schedules]
-
-def scaling_configs(cfg:TrainConfig, gpus=(1, 2, 4, 8)) -> list:
-    "The run on more and more GPUs: a deeper pipeline up to the spec's D, then more replicas (W); 1 GPU runs 1F1B."
-    out = []
-    for g in gpus:
-        D = min(g, cfg.spec.D)
-        out.append(cfg.replace(D=D, W=g // D, schedule=cfg.spec.schedule if D > 1 else '1f1b'))
-    return out
-
-# %% ../nbs/10_slurm.ipynb #6f977265
-def sweep_jobs(base:SlurmJob, configs:list) -> list:
-    "[(job, configs)]: one array per world size, each in `run_dir/w<world>`; nodes filled up to `base`'s GPUs (tasks) per node."
-    groups = {}
-    for c in configs: groups.setdefault(c.world_size, []).append(c)
-    per_node = base.gpus_per_node or base.tasks_per_node or max(groups)
-    out = []
-    for world, cs in sorted(groups.items()):
-        n = min(world, per_node)
-        if world % n: raise ValueError(f"{world} ranks do not fill nodes of {per_node} evenly")
-        job = dataclasses.replace(base, train=cs[0], nodes=world // n, tasks_per_node=n, name=f'{base.name}-w{world}',
-                                  gpus_per_node=n if base.gpus_per_node else 0, run_dir=str(Path(base.run_dir) / f'w{world}'))
-        out.append((check_job(job), cs))
-    return out
-
-# %% ../nbs/10_slurm.ipynb #ece95f9f
-def submit_sweep(base:SlurmJob, configs:list, dry_run:bool=False) -> list:
-    "Submit every array of the sweep; return their `Job`s (script paths when `dry_run`)."
-    return [submit(j, cs if len(cs) > 1 else None, dry_run=dry_run) for j, cs in sweep_jobs(base, configs)]
-
-# %% ../nbs/10_slurm.ipynb #b413e621
-def plot_sweep(df, y:str='samples_per_s', # a column of `collect`'s table
-               title:str='sweep'):
-    "One bar per run of a sweep (label: schedule, D, W)."
-    import plotly.express as px
-    df = df.assign(label=[f"{r.schedule} D={r.D} W={r.W}" for r in df.itertuples()])
-    return px.bar(df, x='label', y=y, color='schedule', title=title, text_auto='.3s')
 
 # %% ../nbs/10_slurm.ipynb #9af5a2d3
 _SPEC_FIELDS = ('model', 'schedule', 'D', 'W', 'N', 'B')   # the spec's numbers a job form may change (the rest stays as given)
