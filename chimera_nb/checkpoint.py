@@ -9,7 +9,7 @@ __all__ = ['config_differences', 'save_checkpoint', 'read_manifest', 'verify_che
            'RunComplete', 'check_not_complete', 'load_checkpoint']
 
 # %% ../nbs/07_checkpoint.ipynb #7486fab8
-import hashlib, json, sys
+import errno, hashlib, json, os, re, shutil, stat, sys
 from pathlib import Path
 import torch
 from .spec import TrainConfig, upgrade_keys
@@ -19,14 +19,17 @@ from .runtime import PipelineRuntime
 
 # %% ../nbs/07_checkpoint.ipynb #0179d7de
 _CHECKPOINT_FORMAT = 2
+_STEP_DIR = re.compile(r'step_\d{8,}')                 # a sealed checkpoint's folder, step_00000042 (its manifest says the same step)
+_LEFTOVERS = ('.partial_step_*', '.replaced_step_*')   # a save in progress or cut off: never read, cleared by the next save
+_MAX_MANIFEST, _MAX_DEPTH = 64 << 20, 8                # bytes and nesting a manifest may have (one is a few KB, 3 deep)
 _RESUME_FREE = ('resume', 'resume_anyway', 'progress', 'timeout', 'local_ranks', 'metrics', 'checkpoint_dir', 'checkpoint_every',
                'eval_every', 'eval_batches')   # how a run is watched and kept, not what it computes: may change on resume
 
 def _sha(data:bytes) -> str: return hashlib.sha256(data).hexdigest()
 
-def _flat(d:dict, prefix='') -> dict:
+def _flat(d:dict) -> dict:
     "A run's fields, the spec's beside the training's (they share no name)."
-    return {k2: v2 for k, v in d.items() for k2, v2 in (_flat(v).items() if k == 'spec' else [(k, v)])}
+    return {k2: v2 for k, v in d.items() for k2, v2 in (v.items() if k == 'spec' else [(k, v)])}
 
 def config_differences(saved:dict, cfg:TrainConfig) -> list:
     "The fields of `cfg` that differ from a checkpoint's run (`saved`: its `to_dict()`), outside `_RESUME_FREE`."
@@ -55,12 +58,42 @@ def _join(obj, tensors:dict):
         if '__tuple__' in obj: return tuple(_join(v, tensors) for v in obj['__tuple__'])
     return obj
 
+# %% ../nbs/07_checkpoint.ipynb #c167e7fd
+def _open_in(d:Path, # a checkpoint's step folder
+             name:str, # a plain file name directly inside it
+            ):
+    "Binary file object of regular file `name` directly inside `d`: no link followed (neither `d` nor `name`), no FIFO or device read."
+    if not name or name in ('.', '..') or '/' in name or '\0' in name: raise ValueError(f"{name!r} is not a file name inside the folder")
+    try: dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except NotADirectoryError as e: raise ValueError(f"its folder is {'a symbolic link' if d.is_symlink() else 'not a folder'}") from e
+    try: fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)   # realpath: inside `d`
+    finally: os.close(dfd)
+    f = os.fdopen(fd, 'rb')
+    if not stat.S_ISREG(os.fstat(fd).st_mode): f.close(); raise ValueError(f"{name} is not a regular file")
+    return f
+
+# %% ../nbs/07_checkpoint.ipynb #a406f5cc
+def _read_in(d:Path, name:str, size:int|None=None) -> bytes:
+    "The bytes of `name` in `d` (`_open_in`): exactly `size` of them, or (None) at most `_MAX_MANIFEST`; ValueError when not."
+    limit = _MAX_MANIFEST if size is None else size
+    with _open_in(d, name) as f: data = f.read(limit + 1)   # never more than a byte past what may be there
+    got = f"more than {limit:,}" if len(data) > limit else f"{len(data):,}"
+    if size is None and len(data) > limit: raise ValueError(f"{name} has {got} bytes, more than a manifest may have")
+    if size is not None and len(data) != size: raise ValueError(f"{name} is damaged ({got} bytes where {size:,} were written)")
+    return data
+
+# %% ../nbs/07_checkpoint.ipynb #4eb22983
+def _reason(name:str, e:Exception) -> str:
+    "Why file `name` of a checkpoint folder cannot be used, from the error reading it raised."
+    if isinstance(e, FileNotFoundError): return f"{name} is missing"
+    if isinstance(e, OSError) and e.errno == errno.ELOOP: return f"{name} or its folder is a symbolic link (a checkpoint reads only its own files)"
+    if isinstance(e, OSError): return f"{name} is unreadable ({e.strerror or type(e).__name__})"
+    return str(e)
+
 # %% ../nbs/07_checkpoint.ipynb #ca818726
-def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int) -> Path:
-    "Write this rank's checkpoint of the state before `step` (every rank calls it; rank 0 seals it with the manifest)."
+def _state_blobs(rt:PipelineRuntime, opt, sched, step:int) -> dict:
+    "This rank's files of the state before `step`, {name: bytes}: its tensors (safetensors) and everything else (JSON)."
     from safetensors.torch import save as st_save
-    d = Path(cfg.checkpoint_dir) / f'step_{step:08d}'
-    d.mkdir(parents=True, exist_ok=True)
     state = dict(step=step, rank=rt.rank, stages={k: m.state_dict() for k, m in rt.stages.items()}, optimizer=opt.state_dict(),
                  scheduler=sched.state_dict(), rng=torch.get_rng_state(), cuda_rng=torch.cuda.get_rng_state(rt.device) if rt.cuda else None)
     tensors, seen = {}, set()
@@ -68,52 +101,108 @@ def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int) -
     for k, v in tensors.items():   # safetensors stores no shared storage (tied copies, views): give repeats their own
         if v.data_ptr() in seen or not v.numel(): tensors[k] = v.clone()
         seen.add(v.data_ptr())
-    blobs = {f'rank{rt.rank:05d}.safetensors': st_save(tensors), f'rank{rt.rank:05d}.json': plain}
-    for name, data in blobs.items(): atomic_write(d / name, lambda f, data=data: f.write(data))
-    atomic_write(d / f'rank{rt.rank:05d}.files.json', lambda f: f.write(json.dumps({n: dict(size=len(b), sha256=_sha(b)) for n, b in blobs.items()}).encode()))
+    return {f'rank{rt.rank:05d}.safetensors': st_save(tensors), f'rank{rt.rank:05d}.json': plain}
+
+# %% ../nbs/07_checkpoint.ipynb #c81b7069
+def _remove(p:Path):
+    "Remove folder, file or link `p` (a link itself, never what it points to); nothing when it is gone."
+    if p.is_dir() and not p.is_symlink(): shutil.rmtree(p, ignore_errors=True)
+    else: p.unlink(missing_ok=True)
+
+def _publish(part:Path, d:Path):
+    "Rename the sealed folder `part` to `d` in one step; a `d` already there (damaged, or unusable by this run) is moved aside first."
+    old = d.with_name('.replaced_' + d.name)
+    if d.exists() or d.is_symlink(): _remove(old); os.replace(d, old)
+    os.replace(part, d)
+    _remove(old)
+
+# %% ../nbs/07_checkpoint.ipynb #f0c5439a
+def _seal(cfg:TrainConfig, rt:PipelineRuntime, part:Path, step:int):
+    "Rank 0, once every rank has written into `part`: the manifest, `part` renamed to the step's folder, then the `latest` pointer."
+    files = {n: rec for r in range(rt.world) for n, rec in json.loads((part / f'rank{r:05d}.files.json').read_text()).items()}
+    manifest = dict(format=_CHECKPOINT_FORMAT, step=step, world=rt.world, schedule=rt.schedule.to_text(), spec_key=cfg.spec.key(),
+                    config=cfg.to_dict(), files=files)
+    atomic_write(part / 'manifest.json', lambda f: f.write(json.dumps(manifest, indent=1).encode()))
+    d = part.with_name(f'step_{step:08d}'); _publish(part, d)
+    atomic_write(part.parent / 'latest', lambda f: f.write(d.name.encode()))   # its flush of the folder keeps the rename too
+
+# %% ../nbs/07_checkpoint.ipynb #cd12dbb0
+def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int) -> Path:
+    "Write this rank's checkpoint of the state before `step` (every rank calls it) into a partial folder that rank 0 seals and renames."
+    root = Path(cfg.checkpoint_dir); part = root / f'.partial_step_{step:08d}'
+    if rt.rank == 0:   # what a save cut off earlier left (a kill, a second Ctrl-C): the run's lock says no other run writes here
+        for p in [p for pattern in _LEFTOVERS for p in root.glob(pattern)]: _remove(p)
+    rt.all_gather_floats([step])  # cleared before anyone writes
+    part.mkdir(parents=True, exist_ok=True)
+    blobs = _state_blobs(rt, opt, sched, step)
+    for name, data in blobs.items(): atomic_write(part / name, lambda f, data=data: f.write(data))
+    atomic_write(part / f'rank{rt.rank:05d}.files.json', lambda f: f.write(json.dumps({n: dict(size=len(b), sha256=_sha(b)) for n, b in blobs.items()}).encode()))
     rt.all_gather_floats([step])  # every rank has written
-    if rt.rank == 0:
-        files = {n: rec for r in range(rt.world) for n, rec in json.loads((d / f'rank{r:05d}.files.json').read_text()).items()}
-        manifest = dict(format=_CHECKPOINT_FORMAT, step=step, world=rt.world, schedule=rt.schedule.to_text(), spec_key=cfg.spec.key(),
-                        config=cfg.to_dict(), files=files)
-        atomic_write(d / 'manifest.json', lambda f: f.write(json.dumps(manifest, indent=1).encode()))
-        atomic_write(Path(cfg.checkpoint_dir) / 'latest', lambda f: f.write(d.name.encode()))
+    if rt.rank == 0: _seal(cfg, rt, part, step)
     rt.all_gather_floats([step])  # sealed before anyone moves on
-    return d
+    return root / f'step_{step:08d}'
+
 
 # %% ../nbs/07_checkpoint.ipynb #f1cac9cd
+def _count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+def _deeper(obj, limit:int) -> bool:
+    "Whether JSON value `obj` nests tables or lists more than `limit` deep (looking no deeper than that)."
+    if not isinstance(obj, (dict, list)): return False
+    return limit <= 0 or any(_deeper(v, limit - 1) for v in (obj.values() if isinstance(obj, dict) else obj))
+
+def _files_ok(files:dict, world:int) -> bool:
+    "The manifest's files are each rank's two, by their plain names, each with its size and SHA-256."
+    names = {f'rank{r:05d}.{x}' for r in range(world) for x in ('safetensors', 'json')} if len(files) == 2 * world else None
+    return names == set(files) and all(isinstance(r, dict) and _count(r.get('size')) and isinstance(r.get('sha256'), str)
+                                       and re.fullmatch('[0-9a-f]{64}', r['sha256']) for r in files.values())
+
+# %% ../nbs/07_checkpoint.ipynb #b045cf2e
+def _malformed(m, folder:str) -> str|None:
+    "Why parsed manifest `m` in the folder named `folder` is not one this version wrote (None: it is)."
+    if not isinstance(m, dict): return f"its manifest is malformed (a {type(m).__name__}, not a table)"
+    if m.get('format') != _CHECKPOINT_FORMAT: return f"it has format {m.get('format')!r:.20}, this version reads {_CHECKPOINT_FORMAT}"
+    if _deeper(m, _MAX_DEPTH): return f"its manifest is malformed (nested deeper than {_MAX_DEPTH})"
+    step, world, cfg, files = (m.get(k) for k in ('step', 'world', 'config', 'files'))
+    if not (_count(step) and _count(world) and world > 0 and isinstance(m.get('schedule'), str) and isinstance(cfg, dict)
+            and isinstance(cfg.get('spec', {}), dict) and isinstance(files, dict) and _files_ok(files, world)):
+        return "its manifest is malformed (step, world, schedule, config and its spec, or each rank's files with their size and hash)"
+    if folder != f'step_{step:08d}': return f"its manifest says step {step}, not the step its folder is named for (a copy or a rename)"
+    return None
+
+# %% ../nbs/07_checkpoint.ipynb #2753a651
 def read_manifest(d:Path) -> tuple:
-    "(manifest, None), or (None, why it cannot be used): a missing, unreadable or malformed manifest."
-    try: m = json.loads((d / 'manifest.json').read_text())
+    "(manifest, None), or (None, why it cannot be used): missing, not a regular file, oversized, malformed, or of another step than its folder's."
+    try: m = json.loads(_read_in(d, 'manifest.json'))
     except FileNotFoundError: return None, "it has no manifest (the run stopped while writing it)"
-    except (OSError, ValueError) as e: return None, f"its manifest is unreadable ({type(e).__name__})"
-    if not isinstance(m, dict): return None, f"its manifest is malformed (a {type(m).__name__}, not a table)"
-    if m.get('format') != _CHECKPOINT_FORMAT: return None, f"it has format {m.get('format')!r}, this version reads {_CHECKPOINT_FORMAT}"
-    files = m.get('files')
-    ok = (isinstance(m.get('step'), int) and isinstance(m.get('world'), int) and isinstance(m.get('config'), dict) and isinstance(files, dict)
-          and all(isinstance(r, dict) and isinstance(r.get('size'), int) and isinstance(r.get('sha256'), str) for r in files.values()))
-    return (m, None) if ok else (None, "its manifest is malformed (step, world, config or a file's size and hash missing)")
+    except RecursionError: return None, f"its manifest is malformed (nested deeper than {_MAX_DEPTH})"
+    except (OSError, ValueError) as e: return None, f"its manifest is unreadable ({_reason('manifest.json', e)})"
+    why = _malformed(m, d.name)
+    return (None, why) if why else (m, None)
 
 # %% ../nbs/07_checkpoint.ipynb #3d372dcd
 def verify_checkpoint(d:Path, world:int, schedule_text:str) -> str|None:
     "Why checkpoint folder `d` cannot be used by this run (None: it is complete and intact)."
     m, why = read_manifest(d)
     if why: return why
-    if m['world'] != world or m.get('schedule') != schedule_text:
+    if m['world'] != world or m['schedule'] != schedule_text:
         return f"it was written by a run of {m['world']} ranks with another schedule: resume with the same W, D and schedule"
     for name, rec in m['files'].items():
-        p = d / name
-        if not p.is_file(): return f"{name} is missing"
-        data = p.read_bytes()
-        if len(data) != rec['size'] or _sha(data) != rec['sha256']:
-            return f"{name} is damaged ({len(data):,} bytes where {rec['size']:,} were written, or another hash)"
+        try: data = _read_in(d, name, rec['size'])
+        except (OSError, ValueError) as e: return _reason(name, e)
+        if _sha(data) != rec['sha256']: return f"{name} is damaged (its hash is not the one written)"
     return None
 
 # %% ../nbs/07_checkpoint.ipynb #a75146f2
+def _step_dirs(root:Path) -> list:
+    "The step folders in `root`, newest first by number (`step_100000000` after `step_99999999`); no leftover of a save is one."
+    if not root.is_dir(): return []
+    return sorted((d for d in root.iterdir() if _STEP_DIR.fullmatch(d.name)), key=lambda d: int(d.name[5:]), reverse=True)
+
 def latest_checkpoint(cfg:TrainConfig, world:int, schedule_text:str) -> tuple:
     "(the newest usable checkpoint folder or None, [reasons each newer one was skipped])."
-    root, skipped = Path(cfg.checkpoint_dir), []
-    for d in sorted(root.glob('step_*'), reverse=True) if root.is_dir() else []:
+    skipped = []
+    for d in _step_dirs(Path(cfg.checkpoint_dir)):
         why = verify_checkpoint(d, world, schedule_text)
         if why is None: return d, skipped
         skipped.append(f"{d.name}: {why}")
@@ -123,7 +212,7 @@ def latest_checkpoint(cfg:TrainConfig, world:int, schedule_text:str) -> tuple:
 def check_resume(cfg:TrainConfig) -> int|None:
     "Refuse to resume a checkpoint of another run (one line: the fields, and how to go on); the newest manifest's step."
     root = Path(cfg.checkpoint_dir)
-    for d in sorted(root.glob('step_*'), reverse=True) if root.is_dir() else []:
+    for d in _step_dirs(root):
         m, why = read_manifest(d)
         if why: continue
         free = {f.strip() for f in (cfg.resume_anyway or '').split(',') if f.strip()}
@@ -153,30 +242,41 @@ def _read_state(d:Path, rank:int, files:dict, device) -> dict:
     from safetensors.torch import load as st_load
     blobs = {}
     for name in (f'rank{rank:05d}.safetensors', f'rank{rank:05d}.json'):
-        data = (d / name).read_bytes()
-        if name not in files or _sha(data) != files[name]['sha256']: raise SpecError(f"checkpoint {d / name} changed since it was verified: resume again")
+        try: data = _read_in(d, name, files[name]['size'])
+        except (KeyError, OSError, ValueError) as e:
+            raise SpecError(f"checkpoint {d / name} changed since it was verified ({_reason(name, e)}): resume again") from e
+        if _sha(data) != files[name]['sha256']: raise SpecError(f"checkpoint {d / name} changed since it was verified: resume again")
         blobs[name] = data
     # on the CPU: load_state_dict copies into the parameters and moves optimizer state where each parameter lives
     try: return _join(json.loads(blobs[f'rank{rank:05d}.json']), st_load(blobs[f'rank{rank:05d}.safetensors']))
-    except Exception as e:   # safetensors' and json's parse errors: never executed, always refused
+    except Exception as e:   # safetensors' and json's parse errors, a nesting too deep: never executed, always refused
         raise SpecError(f"checkpoint {d} holds a file that is not a chimera_nb checkpoint ({type(e).__name__}): "
                         f"resume from another checkpoint_dir") from e
+
+# %% ../nbs/07_checkpoint.ipynb #12842d89
+def _restore(d:Path, state:dict, rt:PipelineRuntime, opt, sched):
+    "Load `state` into this rank's stages, optimizer, scheduler and RNG; a state of another shape is refused in one line."
+    try:
+        for k, m in rt.stages.items(): m.load_state_dict(state['stages'][k])
+        opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
+        torch.set_rng_state(state['rng'].cpu())
+        if rt.cuda and state['cuda_rng'] is not None: torch.cuda.set_rng_state(state['cuda_rng'].cpu(), rt.device)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RuntimeError) as e:
+        raise SpecError(f"checkpoint {d} holds a state this run cannot load ({type(e).__name__}): resume from another checkpoint_dir") from e
 
 # %% ../nbs/07_checkpoint.ipynb #e935a1a9
 def load_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched) -> int:
     "Restore the newest intact checkpoint that rank 0 finds (all ranks take the same); return its step (0: none)."
     d, skipped = latest_checkpoint(cfg, rt.world, rt.schedule.to_text()) if rt.rank == 0 else (None, [])
     for s in skipped: print(f"chimera-train: checkpoint {s}; using an earlier one", file=sys.stderr, flush=True)
-    step = int(rt.all_gather_floats([int(d.name[5:]) if d else -1])[0][0])
+    step = int(rt.all_gather_floats([int(d.name[5:]) if d else -1])[0][0])   # a folder's step is its manifest's (read_manifest)
     if step < 0:
         if rt.rank == 0: print(f"no usable checkpoint in {cfg.checkpoint_dir}: starting from step 0", flush=True)
         return 0
     d = Path(cfg.checkpoint_dir) / f'step_{step:08d}'
-    state = _read_state(d, rt.rank, json.loads((d / 'manifest.json').read_text())['files'], 'cpu')
-    for k, m in rt.stages.items(): m.load_state_dict(state['stages'][k])
-    opt.load_state_dict(state['optimizer']); sched.load_state_dict(state['scheduler'])
-    torch.set_rng_state(state['rng'].cpu())
-    if rt.cuda and state['cuda_rng'] is not None: torch.cuda.set_rng_state(state['cuda_rng'].cpu(), rt.device)
+    m, why = read_manifest(d)
+    if why: raise SpecError(f"checkpoint {d} changed since it was verified ({why}): resume again")
+    _restore(d, _read_state(d, rt.rank, m['files'], 'cpu'), rt, opt, sched)
     rt.step_count = step  # dropout streams are per (seed, step): the resumed run draws the same masks
     if rt.rank == 0: print(f"chimera-train: resumed from step {step} ({d})", flush=True)
     return step

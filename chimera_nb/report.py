@@ -9,7 +9,8 @@ __all__ = ['ResourceProbe', 'MetricsLog', 'report_step', 'profile_stages', 'prov
            'summary_path', 'summarize', 'RunLog', 'read_run']
 
 # %% ../nbs/07_report.ipynb #894eb342
-import collections, json, math, os, re, statistics, sys, typing, warnings
+import collections, contextlib, json, math, os, re, stat, statistics, sys, typing, warnings
+from fastcore.basics import patch
 from typing import NamedTuple
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,13 +49,17 @@ class ResourceProbe:
 _PROBE_FIELDS = ('rss_bytes', 'cpu_percent', 'cuda_peak_bytes', 'gpu_util_percent', 'gpu_mem_bytes')
 
 # %% ../nbs/07_report.ipynb #fde9beeb
+_APPEND = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
 class MetricsLog:
-    "Rank 0's JSON-lines metrics (appended, so a resumed run continues the file)."
+    "Rank 0's JSON-lines metrics (appended, so a resumed run continues the file): a regular file, never written through a link."
     def __init__(self, path): self.path = Path(path) if path else None
     def write(self, **rec):
         if self.path is None: return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, 'a') as f: f.write(json.dumps(rec) + '\n')
+        with os.fdopen(fd := os.open(self.path, _APPEND, 0o644), 'a') as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode): raise OSError(f"metrics {self.path} is not a regular file: give a file path")
+            f.write(json.dumps(rec) + '\n')
 
 # %% ../nbs/07_report.ipynb #1cbd127d
 def report_step(log, cfg, rt, td, step, loss, norm, skipped, dt, ranks, opt, basis:'RunBasis|None'=None):
@@ -195,10 +200,51 @@ def summary_path(metrics) -> Path:
     p = Path(metrics)
     return p.with_name(p.stem + '-summary.json')
 
+def _timeline_path(metrics) -> Path: p = Path(metrics); return p.with_name(p.stem + '-timeline.html')
+
+# %% ../nbs/07_report.ipynb #c98f2e44
+def _last_start(path:Path) -> tuple:
+    "(whether metrics file `path` holds anything, its last start record or None): read without following a link or waiting on a FIFO."
+    try: fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError: return False, None
+    with os.fdopen(fd, 'rb') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise OSError(f"{path} is not a regular file")
+        held, last = False, None
+        for line in iter(lambda: f.readline(1 << 20), b''):   # a line at a time, none longer than 1 MiB
+            held = held or bool(line.strip())
+            if line.startswith(b'{"event": "start"'):
+                with contextlib.suppress(ValueError): last = json.loads(line)
+    return held, last
+
+# %% ../nbs/07_report.ipynb #0b71900a
+def _not_a_file(p:Path, links:bool) -> str|None:
+    "What `p` is when it is there and neither a regular file nor (when `links`) a link; None otherwise."
+    try: mode = os.lstat(p).st_mode
+    except FileNotFoundError: return None
+    if stat.S_ISREG(mode) or (links and stat.S_ISLNK(mode)): return None
+    return 'a symbolic link' if stat.S_ISLNK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'not a regular file'
+
+@patch
+def refusal(self:MetricsLog, cfg:TrainConfig) -> str|None:
+    "Why run `cfg` must not write these metrics (None: it may): not a file, any run's for a fresh run, another run's for a resumed one."
+    for p, links in ((self.path, False), (summary_path(self.path), True), (_timeline_path(self.path), True)):
+        if what := _not_a_file(p, links): return f"{p} is {what}: give a --metrics path whose files can be written"
+    try: held, last = _last_start(self.path)
+    except OSError as e: return f"{self.path} cannot be read ({e.strerror or e}): give a new --metrics path"
+    if not held: return None
+    if not cfg.resume: return f"{self.path} already holds a run's metrics: give a new --metrics path, or --resume to continue that run"
+    saved, now = (last or {}).get('spec'), cfg.spec.to_dict()
+    free = {f.strip() for f in (cfg.resume_anyway or '').split(',') if f.strip()}
+    diff = sorted(k for k in now if not isinstance(saved, dict) or (saved.get(k) != now[k] and k not in free))
+    if last is None: return f"{self.path} holds no run's start record (not chimera_nb metrics?): give a new --metrics path"
+    if last.get('spec_key') != cfg.spec.key() and diff:
+        return f"{self.path} holds the metrics of another run ({', '.join(diff[:6])} differ): give a new --metrics path"
+    return None
+
 # %% ../nbs/07_report.ipynb #eac35d85
 def _timeline_page(cfg, rt, path:Path, profile, clock:StepClock|None, out:dict) -> str:
     "The page beside the metrics: the step nearest the measured median over the predicted step, titled with the summary's numbers."
-    from chimera_nb.viz import overlay, plot_timeline, save_html
+    from chimera_nb.viz import overlay, plot_timeline
     tl = rt.timeline
     if profile is None: fig = plot_timeline(tl)
     else:
@@ -207,7 +253,8 @@ def _timeline_page(cfg, rt, path:Path, profile, clock:StepClock|None, out:dict) 
         fig = overlay(pred, (clock and clock.nearest(out['measured_step_s'])) or tl,
                       title=f"{cfg.spec.label}: predicted {sig3(out['predicted_step_s'])} s vs measured {sig3(out['measured_step_s'])} s, "
                             f"the median of {n} steps ({out['prediction_error']:+.1%}); drawn: the step nearest it")
-    return str(save_html(fig, path.with_name(path.stem + '-timeline.html')))
+    page = fig.to_html(include_plotlyjs=True, full_html=True).encode()   # written whole, a link there replaced
+    return str(atomic_write(_timeline_path(path), lambda f: f.write(page)))
 
 def summarize(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|None=None, basis:RunBasis|None=None) -> dict:
     "The run's summary (written beside the metrics), and the measured timeline beside its prediction as HTML."

@@ -9,7 +9,7 @@ __all__ = ['prepare_model', 'lr_factor', 'evaluate_model', 'TrainResult', 'Train
            'run_command']
 
 # %% ../nbs/07_train.ipynb #344bc7d4
-import dataclasses, json, math, os, signal, sys, tempfile, time, warnings
+import contextlib, dataclasses, fcntl, json, math, os, platform, signal, stat, sys, tempfile, time, warnings
 from dataclasses import dataclass
 from pathlib import Path
 import torch
@@ -24,7 +24,7 @@ from .partition import layer_costs
 from .balance import balance
 from .failures import PipelineFailure, NonFiniteLossError
 from .tasks import TaskData, task_of, prepare_data, split_batch
-from .checkpoint import save_checkpoint, load_checkpoint, check_not_complete, RunComplete
+from .checkpoint import save_checkpoint, load_checkpoint, check_not_complete, check_resume, RunComplete
 from .report import MetricsLog, ResourceProbe, StepClock, log_start, profile_stages, report_step, summarize, summary_path
 
 # %% ../nbs/07_train.ipynb #14352528
@@ -61,13 +61,16 @@ def lr_factor(cfg:TrainConfig, step:int) -> float:
 
 # %% ../nbs/07_train.ipynb #3e48252a
 class _StopFlag:
-    "Raised by SIGTERM / SIGUSR1 / SIGINT (main thread only); read at step boundaries."
+    "Raised by SIGTERM / SIGUSR1 / SIGINT (main thread only); read at step boundaries. A second SIGINT stops at once."
     def __init__(self): self.raised = False
     def install(self):
         import threading
         if threading.current_thread() is not threading.main_thread(): return self  # ranks on threads: no signals
-        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT): signal.signal(sig, lambda *_: setattr(self, 'raised', True))
+        for sig in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT): signal.signal(sig, self._on)
         return self
+    def _on(self, sig, frame):
+        if self.raised and sig == signal.SIGINT: raise KeyboardInterrupt("a second SIGINT")   # a save cut off leaves sealed ones whole
+        self.raised = True
 
 # %% ../nbs/07_train.ipynb #0ea55b72
 import contextlib
@@ -79,7 +82,9 @@ def _forwarding_signals():
     if threading.current_thread() is not threading.main_thread(): yield; return
     me, before, seen = psutil.Process(), {c.pid for c in psutil.Process().children()}, []
     def forward(sig, frame):
-        if seen: raise KeyboardInterrupt(f"a second {signal.Signals(sig).name}: stopping now")
+        if seen:
+            for s in old: signal.signal(s, signal.SIG_IGN)   # a third must not cut the ranks' killing short
+            raise KeyboardInterrupt(f"a second {signal.Signals(sig).name}")
         seen.append(sig)
         for c in me.children():
             if c.pid not in before:
@@ -167,10 +172,25 @@ def _compile_stages(stages, mode:str):
         for m in (st.layers if isinstance(st, Stage) else [st]): m.compile(mode=mode)
 
 # %% ../nbs/07_train.ipynb #92053db6
+def _hold_run(rt:PipelineRuntime, cfg:TrainConfig, held:contextlib.ExitStack):
+    "Rank 0 holds the run's checkpoint folder and metrics file until `held` closes; every rank stops when another run has them."
+    why = None
+    if rt.rank == 0:
+        try: held.enter_context(_holding(cfg, check=False))   # a no-op under train's launcher, which holds them already
+        except SpecError as e: why = e
+    if any(r[0] for r in rt.all_gather_floats([why is not None])):   # every rank learns it here: none waits for a timeout
+        raise why or SpecError("rank 0 found the run's checkpoint_dir or metrics in use by another run: see its message")
+
 def train_rank(rank:int, world:int, # this process's rank and the world size (given by launch_local, or read from the env)
                cfg:TrainConfig, td:TaskData|None=None, on_step=None) -> TrainResult:
-    "Train on this rank: the whole loop."
-    td, pm, rt, opt, sched = _setup(rank, world, cfg, td)
+    "Train on this rank: the whole loop, while rank 0 holds the run's checkpoint folder and metrics file."
+    with contextlib.ExitStack() as held:
+        td, pm, rt, opt, sched = _setup(rank, world, cfg, td)
+        _hold_run(rt, cfg, held)
+        return _loop(rank, cfg, td, pm, rt, opt, sched, on_step)
+
+def _loop(rank, cfg, td, pm, rt, opt, sched, on_step) -> TrainResult:
+    "`train_rank`'s loop: resume, profile, the steps with their metrics, evaluations and checkpoints, and the summary."
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
     log, stop, probe = MetricsLog(cfg.metrics if rank == 0 else None), _StopFlag().install(), ResourceProbe(rt.device)
     profile = profile_stages(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
@@ -240,6 +260,69 @@ def _check_env():
         v = os.environ.get(k)
         if v is not None and not v.strip().isdigit(): raise SpecError(f"environment variable {k}={v!r} is not a number: unset it or fix the launcher")
 
+# %% ../nbs/07_train.ipynb #c5e9850b
+_LOCK = 'lock'   # the checkpoint folder's lock file: flock-ed by the run that writes the folder, and naming its pid and host
+_HELD = {}       # realpath -> fd of each lock this process holds for its run: the ranks it forks inherit both
+
+def _flock(fd:int, path:Path, what:str, note:bool) -> bool:
+    "Take the exclusive flock on `fd` without waiting: True; False where the filesystem has none; a one-line SpecError naming the holder."
+    if not stat.S_ISREG(os.fstat(fd).st_mode): raise SpecError(f"{what}: {str(path)!r} is not a regular file: name a file")
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return True
+    except BlockingIOError as e:
+        holder = ''.join(ch for ch in os.pread(fd, 120, 0).decode(errors='replace').split('\n')[0] if ch.isprintable()) if note else ''
+        raise SpecError(f"{what} {str(path.parent if note else path)!r} is in use by another run{f' ({holder})' if holder else ''}: "
+                        f"wait for it to end, or give another --{what.replace('_', '-')}") from e
+    except OSError as e:
+        warnings.warn(f"{what}: cannot lock {path} ({e.strerror}): a second run into it would not be refused"); return False
+
+# %% ../nbs/07_train.ipynb #156d68dc
+def _lock(path:Path, what:str, note:bool) -> str|None:
+    "Hold `path` (created; a regular file, not a link) for this run: the key to `_unlock`, or None when held already or not lockable."
+    key = os.path.realpath(path)
+    if key in _HELD: return None   # this process holds it, or the launcher that forked it does
+    path.parent.mkdir(parents=True, exist_ok=True)   # train_rank alone (run_threads) has not made it
+    try: fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e: raise SpecError(f"{what}: cannot open {str(path)!r} ({e.strerror}): name a regular file, not a link or a folder") from e
+    try: locked = _flock(fd, path, what, note)
+    except BaseException: os.close(fd); raise
+    if not locked: os.close(fd); return None
+    if note: os.ftruncate(fd, 0); os.pwrite(fd, f"pid {os.getpid()} on {platform.node()}\n".encode(), 0)
+    _HELD[key] = fd
+    return key
+
+def _unlock(key:str|None):
+    "Let go of a lock `_lock` took (closing its file releases the flock)."
+    if (fd := _HELD.pop(key, None)) is not None: os.close(fd)
+
+# %% ../nbs/07_train.ipynb #c9749a0d
+def _check_fresh(cfg:TrainConfig):
+    "A run without resume starts where no checkpoint is: it would write over another run's, or its own earlier ones."
+    root = Path(cfg.checkpoint_dir)
+    steps = sorted(p.name for p in root.glob('step_*')) if root.is_dir() else []
+    if not steps: return
+    try: whose = ' of this configuration' if check_resume(cfg) is not None else ''
+    except SpecError: whose = ' of another configuration'
+    raise SpecError(f"checkpoint_dir {str(root)!r} already holds checkpoints{whose} (newest {steps[-1]}): pass --resume to continue "
+                    f"that run, or give a new --checkpoint-dir for this one")
+
+def _check_folders(cfg:TrainConfig):
+    "A resumed run continues its own checkpoints (`RunComplete`: none left); a fresh one starts where none is; neither writes another's metrics."
+    if cfg.checkpoint_dir: check_not_complete(cfg) if cfg.resume else _check_fresh(cfg)
+    if cfg.metrics and (why := MetricsLog(cfg.metrics).refusal(cfg)): raise SpecError(f"metrics: {why}")
+
+# %% ../nbs/07_train.ipynb #4929be14
+@contextlib.contextmanager
+def _holding(cfg:TrainConfig, check:bool):
+    "This process holds the run's checkpoint folder and metrics file while the body runs; `check`: what they hold, under the lock."
+    keys = []
+    try:
+        if cfg.checkpoint_dir: keys.append(_lock(Path(cfg.checkpoint_dir) / _LOCK, 'checkpoint_dir', True))
+        if check: _check_folders(cfg)   # before the metrics file is created: a complete run resubmitted leaves none behind
+        if cfg.metrics: keys.append(_lock(Path(cfg.metrics), 'metrics', False))
+        yield
+    finally:
+        for k in keys: _unlock(k)
+
 # %% ../nbs/07_train.ipynb #c7a00006
 class _StepSender:
     "Rank 0 tells the parent each step it starts (then calls the user's `on_step`)."
@@ -265,20 +348,24 @@ def _parent_bar(cfg:TrainConfig, on_step):
         send.send(None); t.join(5); bar.n = max(bar.n, bar.total if bar.total else bar.n); bar.close()
 
 # %% ../nbs/07_train.ipynb #38ea644a
+def _launch(cfg:TrainConfig, on_step) -> TrainResult:
+    "Rank 0's result of `cfg.local_ranks` local processes started here (the data prepared once, before they start)."
+    from chimera_nb.launch import launch_local
+    td = prepare_data(cfg)  # a bad data choice fails here, and the ranks inherit it
+    with _forwarding_signals(), _parent_bar(cfg, on_step) as hook:   # the ranks draw no bar: this process does
+        return launch_local(train_rank, cfg.local_ranks, dataclasses.replace(cfg, progress=False), td, hook,
+                            timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]
+
 def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     "Train as `cfg` says; return rank 0's result."
     if cfg.checkpoint_every and not cfg.checkpoint_dir:   # a job's run file leaves the folder to its script
         raise SpecError(f"checkpoint_every={cfg.checkpoint_every} needs a checkpoint_dir: give --checkpoint-dir")
     _check_outputs(cfg)
-    if cfg.resume and cfg.checkpoint_dir: check_not_complete(cfg)   # another run's, or a finished one: say so before starting
     if cfg.local_ranks:
-        from chimera_nb.launch import launch_local
-        td = prepare_data(cfg)  # once, before the processes start: a bad data choice fails here, and the ranks inherit it
-        with _forwarding_signals(), _parent_bar(cfg, on_step) as hook:   # the ranks draw no bar: this process does
-            res = launch_local(train_rank, cfg.local_ranks, dataclasses.replace(cfg, progress=False), td, hook,
-                               timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]
+        with _holding(cfg, check=True): res = _launch(cfg, on_step)   # one run per folder, said before any process starts
     else:
         from chimera_nb.launch import init_from_env
+        _check_folders(cfg)   # every process of the job; rank 0 holds the folders once the group is up (train_rank)
         here = not (dist.is_available() and dist.is_initialized())
         if here: _check_env(); init_from_env(timeout=cfg.timeout)
         try: res = train_rank(dist.get_rank(), dist.get_world_size(), cfg, None, on_step)
@@ -288,8 +375,16 @@ def train(cfg:TrainConfig, on_step=None) -> TrainResult:
     return res
 
 # %% ../nbs/07_train.ipynb #0c1b63b5
+_EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a process a Ctrl-C stopped
+
+def _quiet_from_now():
+    "A run a signal stopped is over: later SIGINT / SIGTERM while the command prints and exits are ignored (no traceback from them)."
+    import threading
+    if threading.current_thread() is threading.main_thread():
+        for s in (signal.SIGINT, signal.SIGTERM): signal.signal(s, signal.SIG_IGN)
+
 def run_command(cfg:TrainConfig) -> int:
-    "Run `cfg` as the `chimera-train` command does; the exit code (0 done, 75 stopped with a checkpoint, 2 bad input, 3 diverged, 1 failed)."
+    "Run `cfg` as the `chimera-train` command does; the exit code (0 done, 75 stopped with a checkpoint, 2 bad input, 3 diverged, 130 stopped at once, 1 failed)."
     try: res = train(cfg)
     except RunComplete as e:   # a finished run resubmitted: nothing to do, and that is no failure
         print(f"chimera-train: {e}", file=sys.stderr)
@@ -302,7 +397,12 @@ def run_command(cfg:TrainConfig) -> int:
         print(f"chimera-train: error: {e}", file=sys.stderr); return 2
     except PipelineFailure as e:
         print(f"chimera-train: {e}", file=sys.stderr); return 1
+    except KeyboardInterrupt as e:   # a second Ctrl-C or signal: the ranks were killed, no traceback
+        _quiet_from_now()
+        kept = f"the checkpoints sealed before it in {cfg.checkpoint_dir} are intact: run again with --resume" if cfg.checkpoint_dir else "nothing was kept (no checkpoint_dir)"
+        print(f"chimera-train: stopped at once by {e.args[0] if e.args else 'an interrupt'}; {kept}", file=sys.stderr); return _EXIT_INTERRUPTED
     if res.stopped:
+        _quiet_from_now()
         print(f"chimera-train: stopped at step {res.step} with a checkpoint in {cfg.checkpoint_dir}; run again with --resume", file=sys.stderr)
         return EXIT_REQUEUE
     if res.summary: print(json.dumps({k: v for k, v in res.summary.items() if k not in ('config', 'spec')}, default=str))

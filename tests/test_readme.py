@@ -10,7 +10,7 @@ def test_readme_names_the_demos_files():
     named = set(re.findall(r'out/demo-metrics[\w.-]*', readme))
     import inspect
     report = __import__('chimera_nb.report', fromlist=['summarize'])
-    src = inspect.getsource(report.summarize)
+    src = inspect.getsource(report)   # summarize and the timeline page it writes
     written = {'out/demo-metrics.jsonl', 'out/demo-metrics-timeline.html', 'out/demo-metrics-summary.json'}
     assert "'-timeline.html'" in src and str(report.summary_path('out/demo-metrics.jsonl')) in written   # how the summary names them
     assert named and named <= written, named - written
