@@ -90,7 +90,7 @@ class PipelineRuntime:
                  sync:str='auto', # gradient all-reduce policy: 'eager', 'eager-opt', 'end', or 'auto' (the backend's choice)
                  lookahead:int=8, # post receives this many instructions ahead
                  timeout:float=60.0, # seconds any wait may take before the step fails
-                 device=None, # default: cuda:LOCAL_RANK when the process group is NCCL, else cpu
+                 device=None, # default: this rank's GPU (`pick_device`: NCCL's LOCAL_RANK, threads' rank), else the CPU
                  autocast:bool|None=None, # bf16 autocast (default: on for CUDA)
                  channels:bool|None=None, # one group per direction of each pair, order-matched (default: on CUDA)
                  on_instruction:Callable|None=None, # hook(runtime, instruction) before each (debugging, fault injection)
@@ -101,8 +101,7 @@ class PipelineRuntime:
         _check_arguments(schedule, dp_width, sync, lookahead, timeout, emulate, seed)
         self.schedule, self.W, self.D, self.seed, self.trace = schedule, dp_width, schedule.num_ranks, seed, trace
         self.lookahead, self.timeout, self.on_instruction, self.ties = lookahead, float(timeout), on_instruction, dict(ties or {})
-        self.device = pick_device(device)
-        self.cuda = self.device.type == 'cuda'
+        self.device = pick_device(device); self.cuda = self.device.type == 'cuda'
         self.comm = current_comm(self.device, channels)
         self.rank, self.world = self.comm.rank, self.comm.world
         self.prank, self.dp_rank = self.rank % self.D, self.rank // self.D

@@ -181,6 +181,8 @@ def _hold_run(rt:PipelineRuntime, cfg:TrainConfig, held:contextlib.ExitStack):
     if any(r[0] for r in rt.all_gather_floats([why is not None])):   # every rank learns it here: none waits for a timeout
         raise why or SpecError("rank 0 found the run's checkpoint_dir or metrics in use by another run: see its message")
 
+
+# %% ../nbs/07_train.ipynb #5e660e9b
 def train_rank(rank:int, world:int, # this process's rank and the world size (given by launch_local, or read from the env)
                cfg:TrainConfig, td:TaskData|None=None, on_step=None) -> TrainResult:
     "Train on this rank: the whole loop, while rank 0 holds the run's checkpoint folder and metrics file."
@@ -189,6 +191,8 @@ def train_rank(rank:int, world:int, # this process's rank and the world size (gi
         _hold_run(rt, cfg, held)
         return _loop(rank, cfg, td, pm, rt, opt, sched, on_step)
 
+
+# %% ../nbs/07_train.ipynb #a42b0e4f
 def _loop(rank, cfg, td, pm, rt, opt, sched, on_step) -> TrainResult:
     "`train_rank`'s loop: resume, profile, the steps with their metrics, evaluations and checkpoints, and the summary."
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
