@@ -133,8 +133,8 @@ def _wrap(text:str, width:int=_TITLE_CHARS) -> str:
 def _titled(fig:go.Figure, text:str, margin:dict, gap:int=0) -> go.Figure:
     "Title `fig` under the toolbar's band at the top (the toolbar never covers it), wrapped; the top margin fits its lines (and `gap` px more: subplot titles)."
     t = _wrap(text or '')
-    fig.update_layout(title=dict(text=t, x=0, xanchor='left', xref='container', yref='container', y=1, yanchor='top', pad=dict(t=30, l=12)),
-                      margin=dict(margin, t=42 + gap + 21 * (t.count('<br>') + 1)))
+    fig.update_layout(title=dict(text=t, x=0, xanchor='left', xref='container', yref='container', y=1, yanchor='top', pad=dict(t=44, l=12)),   # the first line's middle: its top clears the toolbar (24 px)
+                      margin=dict(margin, t=40 + gap + 21 * (t.count('<br>') + 1)))
     return fig
 
 # %% ../nbs/02_viz.ipynb #45e9f464
