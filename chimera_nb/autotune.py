@@ -18,7 +18,7 @@ from .ir import Schedule, gc_paused
 from .program import SYNC_POLICIES
 from .spec import PipelineSpec, DTYPES
 from .catalog import PRESETS
-from .checks import SpecError, check_number
+from .checks import SpecError, check_number, check_memory
 from .perf_model import Prediction, predict, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
 from .program import resolve_sync
 from .profile import Profile, estimate_profile
@@ -34,8 +34,15 @@ def _pos_int(v, what:str) -> int:
     return check_number(what, v, int, lo=1)
 
 def _ints(v, what:str) -> list:
-    "One positive integer or several, sorted without repeats."
-    return sorted({_pos_int(x, what) for x in ([v] if isinstance(v, numbers.Integral) else v)})
+    "One positive integer or several, sorted without repeats (each checked: NaN, 2.5 or True is refused in one line)."
+    return sorted({_pos_int(x, what) for x in ([v] if isinstance(v, (str, bytes)) or not hasattr(v, '__iter__') else v)})
+
+_MAX_GPUS = 65536 * 4096   # W x D a spec can hold
+
+def _gpus(P) -> int:
+    "P if it is a GPU count a spec can hold (W <= 65536, D <= 4096); else one line."
+    if _pos_int(P, 'gpus (P)') > _MAX_GPUS: raise SpecError(f"gpus (P) = {P:,} is more than W x D can be (65536 x 4096 = {_MAX_GPUS:,}): tune a part of the machine")
+    return P
 
 # %% ../nbs/09_autotune.ipynb #s2090002
 def _variants(name:str, D:int, fixed:dict|None=None) -> list:
@@ -53,7 +60,7 @@ def _recomputes(name:str, D:int, N:int, options:tuple) -> bool:
 # %% ../nbs/09_autotune.ipynb #s2090004
 def _depths(P:int, depths) -> list:
     "D dividing P: the ones asked for, or every divisor from 2 (a pipeline) up; D = 1 only on one GPU or when asked."
-    divisors = [d for d in range(1, P + 1) if P % d == 0]
+    divisors = [d for d in range(1, min(P, 4096) + 1) if P % d == 0]   # a spec's D is at most 4096: short for any P
     if depths is None: return [d for d in divisors if d >= 2] or [1]
     want = _ints(depths, 'pipeline depth D')
     if not (Ds := [d for d in want if P % d == 0]):
@@ -95,7 +102,7 @@ def candidates(gpus:int, # P
                base:PipelineSpec|None=None, # model, dtype, sequence length, sync and hardware of every candidate
               ):
     "Every (spec, None) of the search, or (the fields, the reason) where they make no valid spec (asynchronous baselines: none)."
-    P, base = _pos_int(gpus, 'gpus (P)'), base or PipelineSpec(model=None)
+    P, base = _gpus(gpus), base or PipelineSpec(model=None)
     Gs, Bs = _ints(global_batch, 'global_batch'), _ints(micro_batch_sizes or [1, 2, 4, 8, 16, 32, 64], 'micro-batch size')
     chosen = schedule_choice(schedules)[0]
     for W, D, B, N in _splits(P, Gs, Bs, _depths(P, depths)):
@@ -263,14 +270,24 @@ def _pruned(c:PipelineSpec, group:str, cap:float, k:int) -> dict:
     return dict(label=group, W=c.W, D=c.D, B=c.B, N=c.N, recompute=c.recompute, max_throughput=cap,
                 reason=f"at most {sig3(cap)} samples/s: below the {k} best and {group}'s best", spec=c)
 
+# %% ../nbs/09_autotune.ipynb #a9c0e001
+_BIG = 1 << 20   # micro-batch stages (D x N) a prediction makes without asking the memory first (2 GiB at most)
+
+def _too_large(c:PipelineSpec) -> str|None:
+    "Why predicting `c` would not fit in this machine's memory (its lowered program and timeline: ~2 KB per action), or None."
+    if c.D * c.N <= _BIG: return None
+    try: check_memory(f"predicting D={c.D} x N={c.N}", c.D * c.N * (4 << 10), 'fewer micro-batches (a smaller global batch or larger B)')
+    except SpecError as e: return str(e)
+
 # %% ../nbs/09_autotune.ipynb #s2090030
 def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:bool=True,
               exact:int|None=None, # prune what cannot reach the first `exact` rows nor its schedule's best (None: predict all)
              ) -> tuple:
     "(ranking rows, rejected rows, pruned rows) of the candidates `todo`: (spec, None) or (fields, reason) pairs."
     from tqdm.auto import tqdm
-    bad, pruned, done = [_rejected(c, None, why) for c, why in todo if why is not None], [], []
-    specs = [c for c, why in todo if why is None]
+    sized = [(c, _too_large(c)) for c, why in todo if why is None]   # before any bound replays its schedule
+    bad, pruned, done = [_rejected(c, None, why) for c, why in todo if why is not None] + [_rejected(c, None, why) for c, why in sized if why], [], []
+    specs = [c for c, why in sized if not why]
     known = [_known(prof_at(c.B), c, method, optimizer) for c in specs]   # predicted by an earlier search: never pruned
     bounds = [k.throughput if k else _bound(c, prof_at) if exact is not None else math.inf for c, k in zip(specs, known)]
     lead = _Leaders(exact or 0)
@@ -350,7 +367,7 @@ def _tuning(ok, bad, seconds, pruned=()) -> Tuning:
 def _async_rows(P, Gs, names, Bs, Ds, recompute, prof_at, limit, optimizer) -> tuple:
     "(ranking rows, rejected rows) of the asynchronous baselines `names` over the same W x D x B x N as the schedules."
     ok, bad = [], []
-    splits = _splits(_pos_int(P, 'gpus (P)'), _ints(Gs, 'global_batch'), _ints(Bs or [1, 2, 4, 8, 16, 32, 64], 'micro-batch size'), _depths(P, Ds))
+    splits = _splits(_gpus(P), _ints(Gs, 'global_batch'), _ints(Bs or [1, 2, 4, 8, 16, 32, 64], 'micro-batch size'), _depths(P, Ds))
     for (W, D, B, N), name, rc in ((x, n, bool(r)) for x in (splits if names else ()) for n in names for r in recompute):
         prof, why, p = prof_at(B), None, None
         if prof is None: why = f"no profile at micro-batch size {B}"
@@ -362,6 +379,12 @@ def _async_rows(P, Gs, names, Bs, Ds, recompute, prof_at, limit, optimizer) -> t
         if why is None: ok.append(_row(None, p))
         else: bad.append(dict(label=name, W=W, D=D, B=B, N=N, recompute=rc, reason=why, spec=None))
     return ok, bad
+
+# %% ../nbs/09_autotune.ipynb #a9c0e003
+def _check_tune(gpus, search, search_time, refine, exact):
+    "The tuner's own arguments: a GPU count a spec can hold, counts >= 0, a finite search time > 0; else one line."
+    _gpus(gpus); check_number('search', search, int, 0); check_number('refine', refine, int, 0); check_number('exact', exact, int, 0, none=True)
+    check_number('search_time', search_time, float, 0, open_lo=True)   # finite: each search keeps it (within 1.5x + 2 s)
 
 # %% ../nbs/09_autotune.ipynb #b1ce8348
 def autotune(gpus:int, # P
@@ -384,6 +407,7 @@ def autotune(gpus:int, # P
     if spec is not None:
         model = model or spec.model
         hardware = hardware or (HARDWARE.get(spec.hardware) if spec.hardware else None)
+    _check_tune(gpus, search, search_time, refine, exact)
     prof_at = _profiles(profile, model, hardware)
     limit = _limit(memory_limit, prof_at)
     first = next(iter(profile.values())) if isinstance(profile, dict) else profile

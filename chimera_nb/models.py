@@ -19,6 +19,7 @@ from torch.nn import functional as F
 from .partition import Stage, partition, Partition
 from .catalog import Preset, PRESETS, TASKS   # beside the spec, which checks D and seq_len against them without torch
 from .checks import check_number
+from .files import load_dict
 
 # %% ../nbs/04_models.ipynb #57119f6d
 class BertEmbed(nn.Module):
@@ -174,11 +175,15 @@ def _gpt2_layers(m, task):
 
 # %% ../nbs/04_models.ipynb #96d9d531
 def family_of(path) -> str:
-    from transformers import AutoConfig
-    try: t = AutoConfig.from_pretrained(path).model_type
-    except (OSError, ValueError) as e:
-        raise ValueError(f"cannot read a model config at {path!r}: is it a folder with config.json (or a hub name while online)?") from e
-    if t not in ('bert', 'gpt2'): raise ValueError(f"{path!r} is a {t} model; chimera_nb builds BERT and GPT-2 models")
+    "'bert' or 'gpt2': a folder's config.json read bounded (`files.load_dict`: a FIFO there would hang), else transformers' config of a hub name."
+    cfg = os.path.join(path, 'config.json')
+    if os.path.isdir(path) and os.path.lexists(cfg): t = load_dict(cfg, 'model config').get('model_type')
+    else:
+        from transformers import AutoConfig
+        try: t = AutoConfig.from_pretrained(path).model_type
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot read a model config at {path!r}: is it a folder with config.json (or a hub name while online)?") from e
+    if t not in ('bert', 'gpt2'): raise ValueError(f"{path!r} is a {repr(t)[:40]} model; chimera_nb builds BERT and GPT-2 models")
     return t
 
 # %% ../nbs/04_models.ipynb #9084826c

@@ -113,6 +113,10 @@ def allreduce_time(replicas:int, # r
                   ) -> float:
     "Rabenseifner's all-reduce: 2·log2(r)·α + 2·(r−1)/r·β·L (0 for one replica)."
     if type(replicas) is not int or replicas < 1: check_number('replicas', replicas, int, lo=1)   # says why; the common case costs one test
+    try: ok = nbytes >= 0 and alpha >= 0 and beta >= 0   # a negative size would make a negative time; NaN fails here too
+    except TypeError: ok = False
+    if not ok:
+        for k, v in (('nbytes', nbytes), ('alpha', alpha), ('beta', beta)): check_number(f"allreduce_time's {k}", v, float, lo=0)
     if replicas == 1: return 0.0
     return 2 * math.log2(replicas) * alpha + 2 * (replicas - 1) / replicas * beta * nbytes
 

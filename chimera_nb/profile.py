@@ -21,6 +21,7 @@ from .balance import balance
 from .catalog import PRESETS
 from .hardware import Hardware, HARDWARE, check_hardware
 from .checks import check_number
+from .files import parse_dict, read_bounded
 
 # %% ../nbs/02c_profile.ipynb #2f58942b
 class LayerProfile(NamedTuple):
@@ -190,12 +191,24 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
     return out
 
 # %% ../nbs/02c_profile.ipynb #s2080007
+def _layer(model:str, i:int, l) -> LayerProfile:
+    "Layer `i` of a profile as a `LayerProfile`: one already, a table of its fields, or a list of them in order; else one line."
+    f, need = LayerProfile._fields, [k for k in LayerProfile._fields if k not in LayerProfile._field_defaults]
+    if isinstance(l, LayerProfile): return l
+    if isinstance(l, (list, tuple)) and len(need) <= len(l) <= len(f): l = dict(zip(f, l))   # the tuple form (dataclasses.asdict)
+    if not isinstance(l, dict): raise ValueError(f"profile of {model}: layer {i} must be a table of {', '.join(need)}, got {type(l).__name__}")
+    if missing := [k for k in need if k not in l]:
+        raise ValueError(f"profile of {model}: layer {i} lacks {', '.join(missing)}: profile it again (`profile_layers_as`) or estimate it (`estimate_profile`)")
+    if extra := sorted(set(l) - set(f)): raise ValueError(f"profile of {model}: layer {i} has unknown keys {extra[:5]}: a layer's keys are {', '.join(f)}")
+    return LayerProfile(**l)
+
 def _checked_layers(model:str, layers:list) -> list:
     "The layers as `LayerProfile`s, every cost finite and >= 0 (a NaN would make every prediction NaN), not all of zero time."
-    if not layers: raise ValueError("a profile needs at least one layer")
-    layers = [l if isinstance(l, LayerProfile) else LayerProfile(**l) for l in layers]
-    for l in layers:
-        for k in ('forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes', 'input_grad_s', 'weight_grad_s'):
+    if not isinstance(layers, (list, tuple)) or not layers: raise ValueError(f"a profile needs a list of at least one layer, got {repr(layers)[:40]}")
+    layers = [_layer(model, i, l) for i, l in enumerate(layers)]
+    for i, l in enumerate(layers):
+        if not isinstance(l.name, str): raise ValueError(f"profile of {model}: layer {i}'s name must be text, got {type(l.name).__name__}")
+        for k in ('params', 'forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes', 'input_grad_s', 'weight_grad_s'):
             check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
     if not sum(l.forward_s + l.backward_s for l in layers) > 0:
         raise ValueError(f"profile of {model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
@@ -204,11 +217,22 @@ def _checked_layers(model:str, layers:list) -> list:
 # %% ../nbs/02c_profile.ipynb #s2080009
 def _checked_ties(ties:list, n:int) -> list:
     "[(layer indices, bytes)] of tied copies, checked against a profile of `n` layers."
-    try: ties = [(tuple(int(i) for i in ls), check_number('tied bytes', b, float, lo=0)) for ls, b in ties]
-    except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {ties!r}") from e
+    try: ties = [(tuple(check_number('tied layer', i, int) for i in ls), check_number('tied bytes', b, float, lo=0)) for ls, b in ties]
+    except (TypeError, ValueError) as e: raise ValueError(f"ties must be [(layer indices, bytes)], got {repr(ties)[:60]}") from e
     bad = [i for ls, _ in ties for i in ls if not 0 <= i < n]
     if bad: raise ValueError(f"ties name layer {bad[0]}, but the profile has layers 0..{n - 1}")
     return ties
+
+# %% ../nbs/02c_profile.ipynb #a2c0f001
+_TEXT_FIELDS = ('model', 'dtype', 'device', 'source', 'date')
+
+def _check_fields(p):
+    "The fields that are not costs: text, true/false, a table, the sequence length; else a one-line ValueError (a loaded file may hold anything)."
+    for k in _TEXT_FIELDS:
+        if not isinstance(getattr(p, k), str): raise ValueError(f"profile: {k} must be text, got {type(getattr(p, k)).__name__} {repr(getattr(p, k))[:40]}")
+    if not isinstance(p.comm_overlaps, bool): raise ValueError(f"profile: comm_overlaps must be true or false, got {repr(p.comm_overlaps)[:40]}")
+    if not isinstance(p.versions, dict): raise ValueError(f"profile: versions must be a table of package: version, got {type(p.versions).__name__}")
+    check_number('seq_len', p.seq_len, int, lo=0)
 
 # %% ../nbs/02c_profile.ipynb #426fc6f8
 @dataclass
@@ -243,8 +267,9 @@ class Profile:
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
+        _check_fields(self)
         self.fixed = [] if self.fixed is None else self.fixed   # JSON's null: none
-        if self.fixed and not (isinstance(self.fixed, list) and len(self.fixed) == len(self.layers) and all(isinstance(f, (list, tuple)) and len(f) in (2, 4) for f in self.fixed)):
+        if not isinstance(self.fixed, list) or self.fixed and not (len(self.fixed) == len(self.layers) and all(isinstance(f, (list, tuple)) and len(f) in (2, 4) for f in self.fixed)):
             raise ValueError(f"fixed needs one [forward, backward(, B, W)] per layer ({len(self.layers)}), got {self.fixed!r:.60}: fit them with measure.fit_sizes")
         self.fixed = [[check_number('fixed time', t, float, lo=0) for t in f] for f in self.fixed]
 
@@ -273,17 +298,23 @@ def to_json(self:Profile) -> str:
 
 # %% ../nbs/02c_profile.ipynb #s2080071
 @patch(cls_method=True)
-def from_json(cls:Profile, text:str) -> Profile:
-    "A profile from `to_json`'s text."
-    try: d = json.loads(text)
-    except json.JSONDecodeError as e: raise ValueError(f"not a profile: the text is not JSON ({e})") from e
-    if not isinstance(d, dict) or 'layers' not in d: raise ValueError("not a profile: no 'layers' in the JSON")
+def from_json(cls:Profile, text:str,
+              what:str='the text', # where it came from, for the messages
+             ) -> Profile:
+    "A profile from `to_json`'s text (parsed as `files.parse_dict` parses a config: nesting bounded, keys names, values plain data)."
+    try: d = parse_dict(text, 'json', what)
+    except ValueError as e: raise ValueError(f"not a profile: {e}") from e
+    if 'layers' not in d: raise ValueError(f"not a profile: {what} has no 'layers'")
     for k in ('p2p_bandwidth', 'memory_bytes'): d[k] = math.inf if d.get(k) is None else d[k]
-    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-    if unknown: raise ValueError(f"not a profile: unknown keys {sorted(unknown)}")
+    fs = dataclasses.fields(cls)
+    if unknown := set(d) - {f.name for f in fs}: raise ValueError(f"not a profile: unknown keys {sorted(unknown)[:5]}")
+    if missing := [f.name for f in fs if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in d]:
+        raise ValueError(f"not a profile: {what} lacks {', '.join(missing)}: save profiles with Profile.save")
     return cls(**d)
 
 # %% ../nbs/02c_profile.ipynb #s2080014
+_PROFILE_BYTES = 16 << 20   # a profile is a few hundred bytes a layer
+
 @patch
 def save(self:Profile, path) -> None:
     "Write the JSON to `path`."
@@ -291,8 +322,8 @@ def save(self:Profile, path) -> None:
 
 @patch(cls_method=True)
 def load(cls:Profile, path, model:str|None=None) -> Profile:
-    "Read a profile from `path`; with `model`, refuse a profile of another model."
-    with open(path) as f: p = cls.from_json(f.read())
+    "Read a profile from `path` (read bounded: `files.read_bounded`); with `model`, refuse a profile of another model."
+    p = cls.from_json(read_bounded(path, 'profile', _PROFILE_BYTES), f"file {str(path)[:80]!r}")
     return p.check(model) if model is not None else p
 
 # %% ../nbs/02c_profile.ipynb #s2080016
@@ -388,7 +419,8 @@ def estimate_profile(model:str, # a BERT or GPT-2 preset (models.PRESETS)
     if not isinstance(hardware, Hardware): raise TypeError(f"hardware must be a Hardware (see HARDWARE), got {type(hardware).__name__}")
     check_hardware(hardware)
     fam, h, L, a, ffn, V, pos, s0 = _transformer_dims(model)
-    s, B, dt = int(seq_len or s0), int(check_number('micro_batch_size', micro_batch_size, int, lo=1)), dtype or hardware.dtype
+    s = s0 if seq_len is None else check_number('seq_len', seq_len, int, lo=2, hi=pos)   # 0 is no length: refused, not the default
+    B, dt = int(check_number('micro_batch_size', micro_batch_size, int, lo=1)), dtype or hardware.dtype
     if dt not in _DTYPE_BYTES: raise ValueError(f"dtype must be one of {list(_DTYPE_BYTES)}, got {dt!r}")
     e, tok, rate = _DTYPE_BYTES[dt], B * s, hardware.flops_at(B * s)
     w, msg = max(e, 4), tok * h * e   # weights (and logits) in fp32, or fp64 when training in float64

@@ -12,9 +12,9 @@ import dataclasses, functools, heapq, math, os, random, time, warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import SCHEDULES, make_schedule, chimera_placement, CHIMERA_CONCAT
-from .ir import Schedule, Action, validate, ScheduleError
+from .ir import Schedule, Action, validate, ScheduleError, gc_paused
 from .simulate import Costs, simulate
-from .checks import check_number
+from .checks import SpecError, check_number, check_memory
 from fastcore.basics import patch
 
 # %% ../nbs/01a_search.ipynb #f12be9c7
@@ -139,24 +139,34 @@ def peaks(orders:list, p:_Problem) -> list:
     return out
 
 # %% ../nbs/01a_search.ipynb #702df704
+def _variant_specs(D:int) -> list:
+    "(label, schedule name, options) of every fixed schedule and variant the library makes at D ranks."
+    return [(kind.label(opts), kind.name, opts) for kind in SCHEDULES.values() for opts in kind.variants_at(D)]
+
+def _made(name:str, D:int, N:int, opts:dict) -> Schedule|None:
+    "The schedule, or None where it does not exist at this D and N (Chimera's odd D, interleaved's N not a multiple of D, ...)."
+    try: return make_schedule(name, D, N, **opts)
+    except ValueError: return None
+
 def fixed_variants(D:int, N:int) -> list:
     "(label, schedule) of every fixed schedule and variant the library makes for D ranks and N micro-batches."
-    out = []
-    for kind in SCHEDULES.values():
-        for opts in kind.variants_at(D):
-            try: out.append((kind.label(opts), make_schedule(kind.name, D, N, **opts)))
-            except ValueError: continue   # not at this D and N (Chimera's odd D, interleaved's N not a multiple of D, ...)
-    return out
+    return [(label, s) for label, name, opts in _variant_specs(D) if (s := _made(name, D, N, opts)) is not None]
 
 # %% ../nbs/01a_search.ipynb #1a0f9a6b
-def fixed_table(D:int, N:int, costs:Costs) -> list:
-    "[dict(schedule, placement, weights, makespan, peak, timeline, s)] of every fixed variant, simulated under `costs`."
-    rows = []
-    for label, s in fixed_variants(D, N):
-        tl = simulate(s, costs_for(costs, s.num_stages))
-        rows.append(dict(schedule=label, placement=_placement_of(s), weights=max(tl.weight_copies), makespan=tl.makespan,
-                         peak=max(tl.peak_activations), s=s))
-    return rows
+def fixed_table(D:int, N:int, costs:Costs,
+                deadline:float|None=None, # a time.perf_counter() time: 1F1B first, then each other one while the slowest so far would end before it
+               ) -> list:
+    "[dict(schedule, placement, weights, makespan, peak, s)] of every fixed variant (made in time), simulated under `costs`, in `fixed_variants`' order."
+    specs, rows, took = _variant_specs(D), {}, 0.0
+    for i in sorted(range(len(specs)), key=lambda i: specs[i][1] != '1f1b'):   # 1F1B: the cheapest, and it fits 1F1B's memory
+        if deadline is not None and rows and time.perf_counter() + took > deadline: break
+        t = time.perf_counter()
+        if (s := _made(specs[i][1], D, N, specs[i][2])) is not None:
+            tl = simulate(s, costs_for(costs, s.num_stages))
+            rows[i] = dict(schedule=specs[i][0], placement=_placement_of(s), weights=max(tl.weight_copies), makespan=tl.makespan,
+                           peak=max(tl.peak_activations), s=s)
+        took = max(took, time.perf_counter() - t)
+    return [rows[i] for i in sorted(rows)]
 
 # %% ../nbs/01a_search.ipynb #ab06ade4
 def _heads_tails(p:_Problem) -> tuple:
@@ -401,20 +411,30 @@ def _memory_binds(p:_Problem, r:int) -> bool:
     "Whether the memory limit can bind on rank `r` (more forwards than slots)."
     return sum(1 for a in p.actions if a.kind == 'F' and p.shape.placement[(a.pipe, a.stage)] == r) > p.slots
 
+# %% ../nbs/01a_search.ipynb #e1a0c001
+class _OutOfTime(Exception):
+    "The search's deadline passed inside a long loop."
+
+def _in_time(deadline:float):
+    "Raise `_OutOfTime` once `deadline` (a time.perf_counter() time) has passed."
+    if time.perf_counter() > deadline: raise _OutOfTime()
+
 # %% ../nbs/01a_search.ipynb #674874bb
-def _cp_model(p:_Problem, k:int, hint:list, horizon:int, cp_model) -> tuple:
-    "(model, {action: start var}, makespan var) of problem `p` at integer scale `k`, hinted with orders `hint`."
+def _cp_model(p:_Problem, k:int, hint:list, horizon:int, cp_model, deadline:float=math.inf) -> tuple:
+    "(model, {action: start var}, makespan var) of problem `p` at integer scale `k`, hinted with orders `hint`; `_OutOfTime` past `deadline`."
     s, S = p.shape, p.shape.num_stages
     d = {kk: [int(math.floor(x * k + 1e-6)) for x in v] for kk, v in p.dur.items()}
     tr, frees = int(math.floor(p.transfer * k + 1e-6)), ('W' if s.split_backward else 'B')
     head, tail = _heads_tails(dataclasses.replace(p, dur=d, transfer=tr))
     m, var, ivs = cp_model.CpModel(), {}, [[] for _ in range(s.num_ranks)]
-    for a in p.actions:
+    for i, a in enumerate(p.actions):
+        if not i % 512: _in_time(deadline)   # a large model takes seconds to build: the deadline holds here too
         g, du = (a.kind, a.stage, a.pipe), d[a.kind][a.stage]
         var[a] = v = m.NewIntVar(int(head[g]), max(int(head[g]), horizon - du - int(tail[g])), '')
         ivs[s.placement[(a.pipe, a.stage)]].append(m.NewFixedSizeIntervalVar(v, du, ''))
     for r in range(s.num_ranks): m.AddNoOverlap(ivs[r])
-    for a in p.actions:
+    for i, a in enumerate(p.actions):
+        if not i % 512: _in_time(deadline)
         for dep in _deps(a, S):
             gap = 0 if s.placement[(a.pipe, a.stage)] == s.placement[(dep.pipe, dep.stage)] else tr
             m.Add(var[a] >= var[dep] + d[dep.kind][dep.stage] + gap)
@@ -440,17 +460,20 @@ class _Exact:
     optimal: bool      # whether it proved its solution optimal (in its integer model)
     seconds: float
 
-def _solve_exact(p:_Problem, hint:list, time_limit:float=10.0, workers:int|None=None) -> _Exact:
-    "CP-SAT on problem `p`, hinted with orders `hint`: its best orders and its proven bound."
+def _solve_exact(p:_Problem, hint:list, time_limit:float=10.0, workers:int|None=None, deadline:float=math.inf) -> _Exact:
+    "CP-SAT on problem `p`, hinted with orders `hint`: its best orders and its proven bound (none when the model cannot be built by `deadline`)."
     cp_model, t0 = _need_ortools(), time.perf_counter()
+    deadline = min(deadline, t0 + time_limit)
     vals = [x for v in p.dur.values() for x in v] + [p.transfer]
     k = _scale(vals)
     while min((x * k for x in vals if x > 0), default=4) < 4: k *= 2  # unit durations make CP-SAT encode every start value
     d = {kk: [int(math.floor(x * k + 1e-6)) for x in v] for kk, v in p.dur.items()}
     horizon = int(math.ceil(walk(hint, dataclasses.replace(p, dur=d, transfer=int(math.floor(p.transfer * k + 1e-6))), links=False)[1]))
-    m, var, span = _cp_model(p, k, hint, horizon, cp_model)
+    if horizon > 2**50: return _Exact(None, 0.0, False, time.perf_counter() - t0)   # costs spanning 15 orders of magnitude: no integer model
+    try: m, var, span = _cp_model(p, k, hint, horizon, cp_model, deadline)
+    except _OutOfTime: return _Exact(None, 0.0, False, time.perf_counter() - t0)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.1, time_limit)
+    solver.parameters.max_time_in_seconds = max(0.1, deadline - time.perf_counter())   # what is left of its time
     solver.parameters.num_workers = workers or min(8, os.cpu_count() or 1)
     solver.parameters.cp_model_probing_level = 0          # probing a large job shop costs seconds and proves little
     solver.parameters.expand_reservoir_constraints = False  # the reservoir propagator, not an encoding per pair
@@ -490,13 +513,14 @@ def _score(orders:list, p:_Problem) -> tuple|None:
     return (round(span, 9), round(sum(last), 9), times)
 
 # %% ../nbs/01a_search.ipynb #bb0df36e
-def _moves(orders:list, p:_Problem, times:dict, rng:random.Random) -> list:
-    "Candidate (rank, from, to) moves: advance critical actions, pull W passes into bubbles."
+def _moves(orders:list, p:_Problem, times:dict, rng:random.Random, t_end:float=math.inf) -> list:
+    "Candidate (rank, from, to) moves: advance critical actions, pull W passes into bubbles (those found by `t_end`)."
     pos = {a: (r, i) for r, o in enumerate(orders) for i, a in enumerate(o)}
     out = [(pos[a][0], pos[a][1], pos[a][1] - 1) for a in _critical_chain(orders, p, times) if pos[a][1] > 0]
     dur = p.dur
     for r, o in enumerate(orders):
         for i in range(1, len(o)):
+            if time.perf_counter() > t_end: break   # a rank of thousands of actions takes a while: the deadline holds
             q = o[i - 1]
             if times[o[i]] - (times[q] + dur[q[0]][q[1]]) > 1e-9:
                 ws = [j for j in range(i + 1, len(o)) if o[j][0] == 'W' and pos[('B',) + tuple(o[j][1:])][1] < i]
@@ -507,12 +531,13 @@ def _moves(orders:list, p:_Problem, times:dict, rng:random.Random) -> list:
 # %% ../nbs/01a_search.ipynb #78efa8fd
 def _descend(orders:list, p:_Problem, best:tuple, t_end:float, rng:random.Random) -> tuple:
     "Apply improving moves to `orders` (in place) until none improves or time is up; return its score."
-    while time.perf_counter() < t_end:
+    took = 0.0   # the longest re-timing so far: none starts that would end after t_end
+    while time.perf_counter() + took < t_end:
         better = False
-        for r, i, j in _moves(orders, p, best[2], rng):
-            if time.perf_counter() >= t_end: break
+        for r, i, j in _moves(orders, p, best[2], rng, t_end):
+            if time.perf_counter() + took >= t_end: break
             o = orders[r]; a = o.pop(i); o.insert(j, a)
-            sc = _score(orders, p)
+            t = time.perf_counter(); sc = _score(orders, p); took = max(took, time.perf_counter() - t)
             if sc is not None and sc[:2] < best[:2]: best, better = sc, True; break
             o.pop(j); o.insert(i, a)
         if not better: break
@@ -524,11 +549,11 @@ def _improve(orders:list, p:_Problem, seconds:float, seed:int=0, kicks:int=3,
            ) -> list:
     "Iterated local search from `orders` for up to `seconds`: descend, then kick the best with `kicks` random swaps and descend again."
     rng, t_end = random.Random(seed), time.perf_counter() + seconds
-    best = _score(orders, p)
+    t = time.perf_counter(); best = _score(orders, p); took = time.perf_counter() - t   # one re-timing: none starts that would overrun
     if best is None: return orders
     best_o = [list(o) for o in orders]
     best = _descend(best_o, p, best, t_end, rng)
-    while time.perf_counter() < t_end and best[0] > target + 1e-9:
+    while time.perf_counter() + took < t_end and best[0] > target + 1e-9:
         cur = [list(o) for o in best_o]
         for _ in range(kicks):
             r = rng.randrange(len(cur)); o = cur[r]
@@ -580,24 +605,33 @@ class _Found:
     how: str = ''
     bound: float = 0.0
     optimal: bool = False  # CP-SAT closed it (in its integer model)
+    walk_s: float = 0.0    # seconds its last timing took: what one more costs (the local search starts none that would overrun)
 
     def offer(self, orders:list|None, how:str) -> bool:
         "Keep `orders` if they fit the memory and beat the best; return whether they did."
         if orders is None or max(peaks(orders, self.p)) > self.p.memory + 1e-9: return False
-        w = walk(orders, self.p)
+        t = time.perf_counter(); w = walk(orders, self.p); self.walk_s = time.perf_counter() - t
         if w is None or w[1] >= self.span - 1e-9: return False
         self.orders, self.span, self.how = orders, w[1], how
         return True
 
 # %% ../nbs/01a_search.ipynb #1bf82b47
-def _heuristic(f:_Found, seeds:list, deadline:float):
-    "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule until `deadline`."
+def _heuristic(f:_Found, seeds:list, deadline:float,
+               need:bool=True, # nothing fits yet (no fixed schedule, no other placement): a rule runs whatever the time
+               est:float=0.0, # seconds one list-scheduling pass should take here (0: unknown until one ran)
+               end:float|None=None, # the search's own deadline: a placement with no orders yet gets one pass if it ends by then
+              ):
+    "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule, each while the slowest so far would end before `deadline` (the first by `end`)."
+    took = est / 2   # a seed is timed once: about half a pass
     for label, s, fits in seeds:
-        o = _as_problem_orders(s, f.p)
+        if time.perf_counter() + took > deadline: break
+        t, o = time.perf_counter(), _as_problem_orders(s, f.p)
         f.offer(o if fits or o is None else _fit_memory(o, f.p), f"fixed {label}" if fits else f"fixed {label}, W moved to fit")
+        took = max(took, time.perf_counter() - t)
+    took = max(took, est)
     for pol in _RULES:
-        if time.perf_counter() > deadline and f.orders is not None: break
-        f.offer(_list_order(f.p, pol), 'list scheduling')
+        if time.perf_counter() + took > (deadline if f.orders is not None else end or deadline) and (f.orders is not None or not need): break
+        t = time.perf_counter(); f.offer(_list_order(f.p, pol), 'list scheduling'); took = max(took, time.perf_counter() - t)
 
 # %% ../nbs/01a_search.ipynb #97d8f836
 def _problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> _Problem:
@@ -642,16 +676,55 @@ class SearchResult:
                 f"gap={self.gap:.2%}, optimal={self.optimal}, peak={self.peak:.3g}, by {self.method}, {self.seconds:.1f}s; "
                 f"best fixed {self.best_fixed or '-'} {self.best_fixed_makespan:.4g})")
 
+# %% ../nbs/01a_search.ipynb #e1a0c004
+_MAX_TOTAL = 1e15   # one iteration's summed action times: beyond, float sums lose the steps the search compares
+
+def _checked_costs(c:Costs, D:int, N:int) -> Costs:
+    "`c` if one iteration's action times and messages add up to at most 1e15; else one line saying to change the unit."
+    per = lambda v: v * D if isinstance(v, float) else sum(v)   # a scalar is one of D stages
+    total = N * (per(c.forward) + per(c.backward) + per(c.weight) + 2 * D * c.transfer())
+    if not total <= _MAX_TOTAL:
+        raise SpecError(f"costs add up to {total:.3g} for one iteration (D={D}, N={N}): give them in a larger unit (seconds, not nanoseconds), at most {_MAX_TOTAL:g} in all")
+    return c
+
+# %% ../nbs/01a_search.ipynb #e1a0c006
+_BYTES_PER_UNIT = 32 << 10   # memory a search holds per micro-batch stage (one of D x N): ~20 fixed schedules and timelines, the problems (20 KB measured at D=64, N=256)
+
+def _seconds(D:int, N:int, rate:float) -> float:
+    "What building and timing a D x N 1F1B takes at `rate`: it grows as D·N·(1 + D/64) (the simulator's memory pass reads each rank's events among all)."
+    return rate * D * N * (1 + D / 64)
+
+def _rate() -> float:
+    "`_seconds`' rate on this machine now: a small 1F1B (D=8, N=32) made and simulated (the fastest of 3)."
+    def once():
+        t = time.perf_counter(); simulate(make_schedule('1f1b', 8, 32), Costs()); return time.perf_counter() - t
+    return min(once() for _ in range(3)) / _seconds(8, 32, 1.0)
+
+def _check_size(D:int, N:int, time_limit:float):
+    "Refuse, in one line with the estimate, a D x N that would not fit in memory, or whose first answer would take longer than `time_limit` allows (1.5 x + 1 s)."
+    units, what = D * N, f"search_schedule(D={D}, N={N})"
+    check_memory(what, units * _BYTES_PER_UNIT, "search fewer ranks or micro-batches")
+    first = 1.4 * _seconds(D, N, _rate())   # 1F1B made and timed, then the placements' bounds (a fifth of that)
+    if first > 1.5 * time_limit + 1:
+        raise SpecError(f"{what}: one answer (1F1B built and timed, {units:,} micro-batch stages) takes about {first:.2g} s here, more than "
+                        f"time_limit={time_limit:g} s allows: give time_limit={math.ceil(first)} or more, or fewer ranks or micro-batches")
+
 # %% ../nbs/01a_search.ipynb #f33fe9e4
 _EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
-def _check_args(D, N, memory, placements, time_limit, method):
+def _check_args(D, N, costs, memory, placements, time_limit, method, workers=None) -> tuple:
+    "(costs, memory, placements) checked: numbers of the right type (bool is none), costs a `Costs`, the time limit finite and > 0; else one line."
     check_number('D', D, int, 1); check_number('N', N, int, 1)
-    check_number('memory', memory, float, 0, open_lo=True, finite=False)
-    bad = [p for p in placements if p not in PLACEMENTS]
-    if bad or not placements: raise ValueError(f"unknown placements {bad or placements!r}: choose from {PLACEMENTS}")
-    check_number('time_limit', time_limit, float, 0, open_lo=True, finite=False)
-    if method not in ('auto', 'exact', 'heuristic'): raise ValueError(f"method must be 'auto', 'exact' or 'heuristic', got {method!r}")
+    if costs is not None and not isinstance(costs, Costs):
+        raise SpecError(f"costs must be a simulate.Costs, e.g. Costs(forward=1, backward=2, p2p=0.1), got {type(costs).__name__}")
+    memory = float(D) if memory is None else check_number('memory', memory, float, 0, open_lo=True, finite=False)
+    if isinstance(placements, str): placements = (placements,)
+    bad = [p for p in placements if p not in PLACEMENTS] if isinstance(placements, (list, tuple)) else [placements]
+    if bad or not placements: raise SpecError(f"unknown placements {repr(bad or placements)[:60]}: choose from {PLACEMENTS}")
+    check_number('time_limit', time_limit, float, 0, open_lo=True)   # finite: a search without an end is one that hangs
+    if method not in ('auto', 'exact', 'heuristic'): raise SpecError(f"method must be 'auto', 'exact' or 'heuristic', got {repr(method)[:40]}")
+    check_number('workers', workers, int, 1, 256, none=True)
+    return _checked_costs(costs or Costs(), D, N), memory, tuple(placements)
 
 # %% ../nbs/01a_search.ipynb #fa2fc597
 def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
@@ -674,7 +747,7 @@ def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
                        key=lambda f: f.bound)
         if not open_ or left <= 0.2: break
         f = open_[0]
-        ex = _solve_exact(f.p, f.orders, left / len(open_), workers)
+        ex = _solve_exact(f.p, f.orders, left / len(open_), workers, deadline)
         f.bound = max(f.bound, ex.bound)
         f.offer(ex.orders, 'cp-sat')
         f.optimal = ex.optimal  # proven in its integer model: more time will not help
@@ -687,7 +760,7 @@ def _local(found:dict, deadline:float, seed:int, cutoff:float=math.inf):
                   key=lambda f: f.span)
     for i, f in enumerate(todo):
         left = deadline - time.perf_counter()
-        if left <= 0.05: break
+        if left <= 0.05 + 2 * f.walk_s: continue   # not even a descent step fits: a larger placement may still have time
         f.offer(_improve(f.orders, f.p, left / (len(todo) - i), seed, target=f.bound), 'local search')
 
 # %% ../nbs/01a_search.ipynb #7955283d
@@ -710,41 +783,52 @@ def _tables(rows:list, found:dict, res:dict):
                              gap=max(0.0, f.span / f.bound - 1) if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
     return comp, pls
 
+# %% ../nbs/01a_search.ipynb #e1a0c008
+def _phases(found:dict, rows:list, memory:float, method:str, workers:int|None, seed:int, deadline:float, progress:bool,
+            per:float=0.0, # seconds per action to build and time a schedule here (the fixed schedules'): what a pass will take
+           ):
+    "Each placement's heuristics (seeded with its fixed schedules), CP-SAT where small enough (or asked), then local search, all by `deadline`."
+    from tqdm.auto import tqdm
+    fits = [r for r in rows if r['peak'] <= memory + 1e-9 and r['placement'] in found]
+    bar, t1 = tqdm(total=len(found) + 2, desc='search', unit='phase', delay=1.0, leave=False, disable=not progress), time.perf_counter()
+    for i, f in enumerate(found.values()):
+        seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
+        need = not fits and all(g.orders is None for g in found.values())   # no answer yet: one rule runs whatever the time
+        bar.set_postfix_str(f"heuristic, {f.p.placement}")
+        _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found), need, per * len(f.p.actions), deadline); bar.update()
+    exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= _EXACT_ACTIONS for f in found.values()))
+    if exact and method == 'auto':
+        try: _need_ortools()
+        except ImportError as e: warnings.warn(f"{e}; searching heuristically"); exact = False
+    cutoff = min((r['makespan'] for r in fits), default=math.inf)  # incl. half micro-batches, recompute
+    bar.set_postfix_str('exact (CP-SAT)' if exact else 'bounds')
+    if exact: _need_ortools(); _exact(found, deadline, workers, cutoff)
+    bar.update(); bar.set_postfix_str('local search'); _local(found, deadline, seed, cutoff); bar.update(); bar.close()
+
 # %% ../nbs/01a_search.ipynb #783fa294
 def search_schedule(D:int, # pipeline ranks
                     N:int, # micro-batches per iteration
                     costs:Costs|None=None, # per-stage F, B, W and p2p (lists of D values, or scalars)
                     memory:float|None=None, # peak live activations per rank in Ma, as `Timeline.peak_activations` (default D: 1F1B's)
                     placements:Sequence[str]=('single', 'v', 'bidirectional'), # placements to search (see PLACEMENTS)
-                    time_limit:float=30.0, # seconds for the whole call, fixed schedules' simulations included (one list-scheduling pass always runs)
+                    time_limit:float=30.0, # seconds for the whole call, fixed schedules' simulations included (kept within 1.5x + 2 s; a size that cannot is refused)
                     method:str='auto', # 'exact' (CP-SAT), 'heuristic', or 'auto': exact when small enough
                     workers:int|None=None, # CP-SAT threads (default: the machine's cores, at most 8)
                     seed:int=0, # local search's random order of moves
                     progress:bool=True, # a tqdm bar of the phases when the search takes over a second
                    ) -> SearchResult:
     "The shortest schedule found for these costs and this memory, with a proven lower bound, beside every fixed schedule."
-    t0, costs = time.perf_counter(), costs or Costs()
-    memory = float(D if memory is None else memory)
-    _check_args(D, N, memory, tuple(placements), time_limit, method)
-    rows = fixed_table(D, N, costs)
-    reserve = 2 * (time.perf_counter() - t0) / max(1, len(rows)) + 0.05  # validating and simulating the answer at the end
-    fits = [r for r in rows if r['peak'] <= memory + 1e-9]
-    found = _placements(D, N, costs, memory, placements)
-    t1 = time.perf_counter(); deadline = t0 + time_limit - reserve
-    from tqdm.auto import tqdm
-    bar = tqdm(total=len(found) + 2, desc='search', unit='phase', delay=1.0, leave=False, disable=not progress)
-    for i, f in enumerate(found.values()):
-        seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
-        bar.set_postfix_str(f"heuristic, {f.p.placement}"); _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found)); bar.update()
-    exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= _EXACT_ACTIONS for f in found.values()))
-    if exact and method == 'auto':
-        try: _need_ortools()
-        except ImportError as e: warnings.warn(f"{e}; searching heuristically"); exact = False
-    cutoff = min((r['makespan'] for r in fits if r['placement'] in found), default=math.inf)  # incl. half micro-batches, recompute
-    bar.set_postfix_str('exact (CP-SAT)' if exact else 'bounds')
-    if exact: _need_ortools(); _exact(found, deadline, workers, cutoff)
-    bar.update(); bar.set_postfix_str('local search'); _local(found, deadline, seed, cutoff); bar.update(); bar.close()
-    return _finish(D, N, costs, memory, rows, fits, found, t0)
+    t0 = time.perf_counter()
+    costs, memory, placements = _check_args(D, N, costs, memory, placements, time_limit, method, workers)
+    _check_size(D, N, time_limit)
+    if method == 'exact': _need_ortools()   # its import takes seconds the first time: before the clock is shared out
+    with gc_paused(promote=True):   # allocation-heavy, and it makes no cycles: collections would only rescan it
+        t = time.perf_counter(); rows = fixed_table(D, N, costs, deadline=t0 + 0.3 * time_limit)
+        per = (time.perf_counter() - t) / max(1, len(rows)) / (2 * D * N)   # seconds per action to build and time a schedule
+        found = _placements(D, N, costs, memory, placements)
+        reserve = 1.5 * per * max((len(f.p.actions) for f in found.values()), default=2 * D * N) + 0.05   # validating and timing the answer
+        _phases(found, rows, memory, method, workers, seed, t0 + time_limit - reserve, progress, per)
+        return _finish(D, N, costs, memory, rows, [r for r in rows if r['peak'] <= memory + 1e-9], found, t0)
 
 # %% ../nbs/01a_search.ipynb #376f1cf9
 def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:

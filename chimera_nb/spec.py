@@ -17,7 +17,7 @@ from .schedules import make_schedule, SCHEDULES, schedule_kind, all_options
 from .ir import Schedule
 from .program import SYNC_POLICIES
 from .checks import SpecError, check_number, check_choice
-from .files import toml_string, toml_lines, read_toml, load_dict
+from .files import toml_string, toml_lines, load_dict, parse_dict
 from .catalog import PRESETS, PACKAGED, TASKS, ModelInfo, model_info, package_folder
 
 # %% ../nbs/00b_spec.ipynb #d3a82d47
@@ -82,6 +82,20 @@ def _check_options(s:PipelineSpec):
         try: o.check(getattr(s, name), 'schedule')
         except (TypeError, ValueError) as e: raise SpecError(str(e)) from e
 
+# %% ../nbs/00b_spec.ipynb #a5c0e001
+_PATH_BYTES, _NAME_BYTES = 4096, 255   # Linux's PATH_MAX and NAME_MAX: a longer path names no file (asking for it raises)
+
+def _check_text(k:str, # the field, for the message
+                v, # its value
+                kind:str='a non-empty string', # what it must be, for the message
+               ):
+    "`v`: None, or a non-empty string without NUL that can name a path (at most 4096 bytes, 255 between slashes); else one line."
+    if v is None: return
+    if not isinstance(v, str) or not v.strip() or '\0' in v: raise SpecError(f"{k} must be {kind}, got {repr(v)[:60]}")
+    b = v.encode('utf-8', 'surrogatepass')
+    if len(b) > _PATH_BYTES or max(map(len, b.split(b'/'))) > _NAME_BYTES:
+        raise SpecError(f"{k} is {len(b):,} bytes long ({repr(v)[:30]}...): a name or path has at most {_PATH_BYTES} bytes, {_NAME_BYTES} between slashes")
+
 # %% ../nbs/00b_spec.ipynb #05fb9d62
 _INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536))
 
@@ -94,7 +108,7 @@ def _check_types(s:PipelineSpec):
         v = getattr(s, k)
         if isinstance(v, os.PathLike): object.__setattr__(s, k, v := os.fspath(v))
         if k == 'model' and v == '': object.__setattr__(s, k, v := None)   # NONE_AS: how TOML says "no model"
-        if v is not None and (not isinstance(v, str) or not v.strip()): raise SpecError(f"{k} must be a non-empty name or path, got {v!r}")
+        _check_text(k, v, 'a non-empty name or path')
     check_choice('dtype', s.dtype, DTYPES); check_choice('source', s.source, _SOURCES)
     check_choice('sync', s.sync, _SYNCS)
     if s.compile is not None: check_choice('compile', s.compile, _COMPILE_MODES)
@@ -105,6 +119,12 @@ def _check_types(s:PipelineSpec):
     if (s.order is None) != (s.schedule.lower() != 'custom'):
         raise SpecError("order goes with schedule='custom' (and custom needs an order): give both, e.g. --schedule-file FILE, or neither")
     if s.order is not None and not isinstance(s.order, str): raise SpecError(f"order must be a schedule's text form, got {type(s.order).__name__}")
+
+# %% ../nbs/00b_spec.ipynb #a5c0e003
+def _folder_config(path:str):
+    "A model folder's config.json read bounded (`files.load_dict`) before the catalog reads it: a FIFO there would hang, /dev/zero never end."
+    cfg = os.path.join(path, 'config.json')
+    if os.path.lexists(cfg): load_dict(cfg, 'model config')   # missing: the catalog says how to save one
 
 # %% ../nbs/00b_spec.ipynb #313fb8fe
 def _canonical(s:PipelineSpec):
@@ -123,7 +143,7 @@ def _canonical(s:PipelineSpec):
                                         f"model, or a hub name with source='hub'")
     if src == 'preset' and s.model not in PRESETS: raise SpecError(f"model {s.model!r} is not a preset: choose one of {', '.join(PRESETS)}")
     if src == 'package' and s.model not in PACKAGED: raise SpecError(f"model {s.model!r} is not packaged: choose one of {', '.join(PACKAGED)}")
-    if src == 'folder': object.__setattr__(s, 'model', os.path.abspath(os.path.expanduser(s.model)))
+    if src == 'folder': object.__setattr__(s, 'model', os.path.abspath(os.path.expanduser(s.model))); _folder_config(s.model)
     object.__setattr__(s, 'source', src)
 
 # %% ../nbs/00b_spec.ipynb #6fe32353
@@ -258,10 +278,7 @@ def to_json(self:PipelineSpec) -> str: return json.dumps(self.to_dict(), indent=
 
 # %% ../nbs/00b_spec.ipynb #89f46440
 @patch(cls_method=True)
-def from_json(cls:PipelineSpec, text:str) -> PipelineSpec:
-    try: d = json.loads(text)
-    except ValueError as e: raise SpecError(f"a spec file is not valid JSON: {e}") from e
-    return cls.from_dict(d)
+def from_json(cls:PipelineSpec, text:str) -> PipelineSpec: return cls.from_dict(parse_dict(text, 'json', 'a spec file'))
 
 # %% ../nbs/00b_spec.ipynb #3fec2884
 _NONE_AS = {'model': '', 'clip_grad': math.inf}   # TOML has no null: how the fields whose None is not their default say it
@@ -271,7 +288,7 @@ _NONE_AS = {'model': '', 'clip_grad': math.inf}   # TOML has no null: how the fi
 def to_toml(self:PipelineSpec) -> str: return '\n'.join(toml_lines(self.to_dict(), _NONE_AS)) + '\n'
 
 @patch(cls_method=True)
-def from_toml(cls:PipelineSpec, text:str) -> PipelineSpec: return cls.from_dict(read_toml(text, 'a spec file'))
+def from_toml(cls:PipelineSpec, text:str) -> PipelineSpec: return cls.from_dict(parse_dict(text, 'toml', 'a spec file'))
 
 # %% ../nbs/00b_spec.ipynb #a73e8388
 @patch
@@ -285,8 +302,8 @@ def save(self:PipelineSpec, path) -> Path:
 
 @patch(cls_method=True)
 def load(cls:PipelineSpec, path) -> PipelineSpec:
-    "The spec in a .toml or .json file."
-    return cls.from_dict(load_dict(path))
+    "The spec in a .toml, .json or .yaml file (read bounded: `files.load_dict`)."
+    return cls.from_dict(load_dict(path, 'spec file'))
 
 # %% ../nbs/00b_spec.ipynb #ff9aa029
 @patch
@@ -364,8 +381,7 @@ def _check_train(c:TrainConfig):
     fam = c.spec.family
     if c.task is not None and fam is not None: check_choice(f'task for a {fam} model', c.task, TASKS[fam])
     for k in ('task', 'data', 'metrics', 'checkpoint_dir', 'resume_anyway'):
-        v = getattr(c, k)
-        if v is not None and (not isinstance(v, str) or not v.strip() or '\0' in v): raise SpecError(f"{k} must be a non-empty string, got {v!r}")
+        _check_text(k, getattr(c, k))
     for k in ('resume', 'progress'):
         if not isinstance(getattr(c, k), bool): raise SpecError(f"{k} must be true or false, got {getattr(c, k)!r}")
     if c.resume and not c.checkpoint_dir: raise SpecError("resume needs a checkpoint_dir: give the folder of the run's checkpoints")
@@ -426,5 +442,5 @@ def to_toml(self:TrainConfig) -> str:
 
 @patch(cls_method=True)
 def load(cls:TrainConfig, path) -> TrainConfig:
-    "A run from a .toml or .json file (flat or with a [spec] table)."
+    "A run from a .toml, .json or .yaml file (flat or with a [spec] table; read bounded: `files.load_dict`)."
     return cls.from_dict(load_dict(path), f'config file {path}')

@@ -112,3 +112,95 @@ def test_searched_schedules_are_exact_on_the_runtime():
             for stg, ps in r['params'].items(): held.setdefault(stg, []).append(ps)
         for stg, copies in held.items():  # replicas (bidirectional) hold bit-identical weights after the steps
             assert all(torch.equal(a, b) for c in copies[1:] for a, b in zip(copies[0], c)), f"stage {stg} differs"
+
+
+# --- limits (issue 35): the time limit holds, what this machine cannot hold is refused at once, types are checked ---
+
+import time
+from chimera_nb.checks import SpecError
+
+
+def _one_line(e, *words):
+    assert isinstance(e, ValueError) and str(e) and '\n' not in str(e) and len(str(e)) < 400, repr(e)
+    for w in words: assert w in str(e), (w, str(e))
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize('limit, method', [(1.0, 'auto'), (2.0, 'auto'), (2.0, 'exact')])
+def test_the_time_limit_holds_on_a_large_case(limit, method):
+    "D=64, N=256 with time_limit=1 took 14.6 s: now an answer (or, on a machine too slow, a refusal) within 1.5x + 5 s."
+    t = time.perf_counter()
+    try: r = search_schedule(64, 256, time_limit=limit, method=method, workers=1, progress=False)
+    except SpecError as e: _one_line(e, 'time_limit=')
+    else: assert r.makespan <= r.best_fixed_makespan + 1e-9 and r.lower_bound <= r.makespan + 1e-9
+    assert time.perf_counter() - t < 1.5 * limit + 5
+
+
+@pytest.mark.timeout(60)
+def test_sizes_this_machine_cannot_hold_are_refused_at_once():
+    for D, N, limit, words in ((256, 1024, 1.0, ['time_limit=1 s allows: give time_limit=']), (10**6, 4, 30.0, ['needs about', 'GiB']),
+                               (4, 10**7, 30.0, ['needs about', 'GiB of memory'])):
+        t = time.perf_counter()
+        with pytest.raises(SpecError) as e: search_schedule(D, N, time_limit=limit, progress=False)
+        assert time.perf_counter() - t < 3, (D, N)
+        _one_line(e.value, f"search_schedule(D={D}, N={N})", *words)
+
+
+def test_bad_types_and_limits_are_named_in_one_line():
+    for kw, words in ((dict(costs=dict(forward=1, backward=2)), ['costs must be a simulate.Costs, e.g.', 'got dict']),
+                      (dict(costs=Costs(1e308, 1e308)), ['costs add up to inf']), (dict(costs=Costs([1e300] * 4, 1)), ['costs add up to']),
+                      (dict(memory=True), ['memory must be a number, got bool']), (dict(time_limit=math.nan), ['time_limit must be finite']),
+                      (dict(time_limit=math.inf), ['time_limit must be finite']), (dict(time_limit=-1), ['time_limit must be > 0']),
+                      (dict(placements=7), ['unknown placements [7]']), (dict(workers=0), ['workers must be >= 1'])):
+        t = time.perf_counter()
+        with pytest.raises(ValueError) as e: search_schedule(4, 8, **kw)
+        assert time.perf_counter() - t < 2
+        _one_line(e.value, *words)
+
+
+junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=4),
+                 st.integers(-3, 10**9), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@given(D=st.one_of(st.sampled_from([2, 4]), junk), N=st.one_of(st.sampled_from([4, 8]), junk),
+       memory=st.one_of(st.none(), st.sampled_from([2.0, 4.0]), junk), time_limit=st.one_of(st.sampled_from([0.1, 0.3]), junk),
+       method=st.one_of(st.sampled_from(['auto', 'heuristic']), junk), placements=st.one_of(st.sampled_from([('single',), ('v', 'bidirectional')]), junk))
+def test_any_arguments_search_or_are_refused_in_one_line(D, N, memory, time_limit, method, placements):
+    t = time.perf_counter()
+    try: r = search_schedule(D, N, Costs(1, 2, 1), memory=memory, placements=placements, time_limit=time_limit, method=method, workers=1, progress=False)
+    except ValueError as e: _one_line(e)
+    else:
+        assert validate(r.schedule) is not None and r.makespan > 0
+        assert time.perf_counter() - t < 1.5 * time_limit + 5
+
+
+# the tuner's own limits
+
+from chimera_nb.autotune import autotune
+from chimera_nb.hardware import HARDWARE
+
+
+@pytest.mark.timeout(60)
+def test_the_tuner_refuses_what_hung_or_raised_inside():
+    kw = dict(model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[2], schedules=['1f1b'])
+    for args, extra, words in (((2**40, 64), {}, ['gpus (P) = 1,099,511,627,776 is more than W x D can be']),
+                               ((8, math.nan), {}, ['global_batch must be an integer, got float nan']),
+                               ((8, 64), dict(search=1, search_time=math.nan), ['search_time must be finite']),
+                               ((8, 64), dict(search=1, search_time=-1), ['search_time must be > 0']),
+                               ((8, 64), dict(micro_batch_sizes=[2.5]), ['micro-batch size must be an integer'])):
+        t = time.perf_counter()
+        with pytest.raises(ValueError) as e: autotune(*args, **{**kw, **extra})
+        assert time.perf_counter() - t < 3
+        _one_line(e.value, *words)
+    t = time.perf_counter(); tu = autotune(2**28, 2**28, **kw)   # the most GPUs a spec can hold: an answer at once (every split refused)
+    assert time.perf_counter() - t < 10 and len(tu.ranking) == 0 and len(tu.rejected) > 0
+
+
+@pytest.mark.timeout(120)
+def test_the_tuner_keeps_its_search_time():
+    t = time.perf_counter()
+    tu = autotune(8, 64, model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[4], depths=[4], schedules=['1f1b', 'chimera'],
+                  search=2, search_time=1.0, progress=False)
+    assert time.perf_counter() - t < 2 * (1.5 * 1.0 + 2) + 10   # two searches of 1 s, and the ranking
+    assert tu.ranking.label.str.startswith('searched').any()
