@@ -116,3 +116,13 @@ def open_notebook(browser, lab, name, width=1280, height=900):
     page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
     page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=90_000)
     return page, errors
+
+
+def close_sessions(lab):
+    "Shut down every notebook session (its kernel) the server holds: a test that times a reload runs beside no other test's kernel."
+    auth = {'Authorization': f"token {lab['token']}"}
+    with urllib.request.urlopen(urllib.request.Request(f"{lab['base']}/api/sessions", headers=auth), timeout=30) as r:
+        sessions = json.loads(r.read())
+    for s in sessions:
+        urllib.request.urlopen(urllib.request.Request(f"{lab['base']}/api/sessions/{s['id']}", method='DELETE', headers=auth), timeout=60).close()
+    return len(sessions)

@@ -12,7 +12,7 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
-from lab_server import jupyter_lab, open_notebook, run_all, screenshot, wait_for, CHROMIUM, CHROME_ARGS
+from lab_server import jupyter_lab, open_notebook, run_all, screenshot, wait_for, close_sessions, CHROMIUM, CHROME_ARGS
 
 
 
@@ -391,6 +391,7 @@ RERUN = 'run this cell again'
 
 def test_explorer_survives_reload(lab, tmp_path):
     "Reload the page: the displayed explorer redraws from its models; restart the kernel and reload: one line says what to re-run."
+    close_sessions(lab)
     sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
@@ -471,6 +472,7 @@ def _playground_state(page) -> dict:
 def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_hog):
     "Choose a row, open its SLURM form, reload the page with a core busy: the ranking, explorer, memory, breakdown and form come back as chosen."
     (lab['root'] / 'playground-reload.ipynb').write_text(json.dumps(PLAYGROUND_RELOAD))
+    close_sessions(lab)   # the earlier tests' kernels: the hog is the load this test means, not them
     sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
