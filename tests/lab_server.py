@@ -126,3 +126,15 @@ def close_sessions(lab):
     for s in sessions:
         urllib.request.urlopen(urllib.request.Request(f"{lab['base']}/api/sessions/{s['id']}", method='DELETE', headers=auth), timeout=60).close()
     return len(sessions)
+
+
+@contextlib.contextmanager
+def chromium():
+    "Debian's headless Chromium through Playwright (the test is skipped where either is missing), closed after the block."
+    import pytest
+    if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}: install it (Debian: apt-get install chromium)")
+    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+        try: yield browser
+        finally: browser.close()

@@ -12,7 +12,7 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
-from lab_server import jupyter_lab, open_notebook, run_all, screenshot, wait_for, close_sessions, CHROMIUM, CHROME_ARGS
+from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot, wait_for, close_sessions, CHROMIUM
 
 
 
@@ -154,10 +154,8 @@ def _redraw_no(page) -> int:
 
 
 def test_explorer_in_jupyterlab(lab, tmp_path):
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
     timings = {}
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+    with chromium() as browser:
         try:
             page, errors = open_notebook(browser, lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
             run_all(page)
@@ -280,8 +278,6 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             try: screenshot(page, tmp_path, 'explorer-failure.png')
             except Exception: pass
             raise
-        finally:
-            browser.close()
 
 
 FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook').getBoundingClientRect();
@@ -332,9 +328,7 @@ def _fits_at(page, tmp_path, width, name, sidebar:bool):
 
 def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_path):
     "Choose ZB-H1 W=2 D=4 N=8 in the playground: the explorer's controls and plot, the prediction and the SLURM form show it."
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+    with chromium() as browser:
         try:
             page, errors = open_notebook(browser, lab, 'playground.ipynb')
             run_all(page)
@@ -382,8 +376,6 @@ def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_pa
             try: screenshot(page, tmp_path, 'playground-failure.png')
             except Exception: pass
             raise
-        finally:
-            browser.close()
 
 
 RERUN = 'run this cell again'
@@ -392,9 +384,7 @@ RERUN = 'run this cell again'
 def test_explorer_survives_reload(lab, tmp_path):
     "Reload the page: the displayed explorer redraws from its models; restart the kernel and reload: one line says what to re-run."
     close_sessions(lab)
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+    with chromium() as browser:
         try:
             page, errors = open_notebook(browser, lab, 'reload.ipynb')
             run_all(page)
@@ -436,8 +426,6 @@ def test_explorer_survives_reload(lab, tmp_path):
             try: screenshot(page, tmp_path, 'reload-failure.png')
             except Exception: pass
             raise
-        finally:
-            browser.close()
 
 
 @pytest.fixture
@@ -473,9 +461,7 @@ def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_h
     "Choose a row, open its SLURM form, reload the page with a core busy: the ranking, explorer, memory, breakdown and form come back as chosen."
     (lab['root'] / 'playground-reload.ipynb').write_text(json.dumps(PLAYGROUND_RELOAD))
     close_sessions(lab)   # the earlier tests' kernels: the hog is the load this test means, not them
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+    with chromium() as browser:
         try:
             page, errors = open_notebook(browser, lab, 'playground-reload.ipynb')
             run_all(page)
@@ -506,17 +492,13 @@ def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_h
             try: screenshot(page, tmp_path, 'playground-reload-failure.png')
             except Exception: pass
             raise
-        finally:
-            browser.close()
 
 
 def test_app_notebook_opens_and_draws_within_3s(lab, tmp_path):
     "The notebook `chimera-nb lab` wrote: Run All draws the app's first timeline within 3 s of its cell finishing; saved, it keeps its outputs."
     nb = lab['root'] / 'chimera-playground.ipynb'
     assert nb.exists(), 'chimera-nb lab did not write the playground notebook'
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
+    with chromium() as browser:
         try:
             page, errors = open_notebook(browser, lab, nb.name)
             page.evaluate(APP_TIMING_JS)
@@ -538,5 +520,3 @@ def test_app_notebook_opens_and_draws_within_3s(lab, tmp_path):
             try: screenshot(page, tmp_path, 'app-notebook-failure.png')
             except Exception: pass
             raise
-        finally:
-            browser.close()

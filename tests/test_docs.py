@@ -64,83 +64,71 @@ def test_docs_pages_as_nbdev(site):
 
 def test_docs_in_chromium(site, tmp_path):
     "The index and the viz API page in headless Chromium, opened as files: their headings and content are there."
-    from lab_server import CHROMIUM, CHROME_ARGS, screenshot as _shot
-    if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    from lab_server import chromium, screenshot as _shot
     out, _ = site
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
-        try:
-            page = browser.new_page(viewport={'width': 1280, 'height': 900})
-            page.goto((out / 'index.html').as_uri())
-            assert page.locator('h1').first.inner_text().strip().startswith('chimera_nb')
-            assert page.locator('nav').filter(has_text='viz').count() > 0          # the navigation lists the API pages
-            _shot(page, tmp_path, 'docs-index.png', full=False)
-            page.goto((out / 'api' / 'viz.html').as_uri())
-            page.locator('h2#plot_timeline').wait_for()
-            code = page.locator('h2#plot_timeline + div pre').first.inner_text()
-            assert code.startswith('plot_timeline(timeline') and 'costs' in code, code
-            table = page.locator('table').filter(has_text='text on bars').first.inner_text()   # material wraps tables in a div
-            assert 'text on bars' in table and 'labels' in table, table
-            page.locator('h2#plot_timeline').scroll_into_view_if_needed()
-            _shot(page, tmp_path, 'docs-api-viz.png', full=False)
-            print(f"screenshots in {tmp_path}")
-        finally:
-            browser.close()
+    with chromium() as browser:
+        page = browser.new_page(viewport={'width': 1280, 'height': 900})
+        page.goto((out / 'index.html').as_uri())
+        assert page.locator('h1').first.inner_text().strip().startswith('chimera_nb')
+        assert page.locator('nav').filter(has_text='viz').count() > 0          # the navigation lists the API pages
+        _shot(page, tmp_path, 'docs-index.png', full=False)
+        page.goto((out / 'api' / 'viz.html').as_uri())
+        page.locator('h2#plot_timeline').wait_for()
+        code = page.locator('h2#plot_timeline + div pre').first.inner_text()
+        assert code.startswith('plot_timeline(timeline') and 'costs' in code, code
+        table = page.locator('table').filter(has_text='text on bars').first.inner_text()   # material wraps tables in a div
+        assert 'text on bars' in table and 'labels' in table, table
+        page.locator('h2#plot_timeline').scroll_into_view_if_needed()
+        _shot(page, tmp_path, 'docs-api-viz.png', full=False)
+        print(f"screenshots in {tmp_path}")
 
 
 def test_docs_site_in_chromium(site, tmp_path):
     """From file:// at 1280x900: the Viz page draws plotly figures and shows no directive, hidden or test cell; the
     sidebar scrolls to its last entry (the last API page), which opens; search finds pages."""
-    from lab_server import CHROMIUM, CHROME_ARGS, screenshot as _shot
-    if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    from lab_server import chromium, screenshot as _shot
     out, _ = site
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
-        try:
-            page = browser.new_page(viewport={'width': 1280, 'height': 900})
-            errors = []
-            page.on('pageerror', lambda e: errors.append(str(e)))
-            page.goto((out / 'notebooks' / '02_viz.html').as_uri())
-            plot = page.locator('.js-plotly-plot').first
-            plot.locator('svg.main-svg').first.wait_for(timeout=30_000)
-            assert page.locator('.js-plotly-plot').count() >= 5
-            bars = plot.locator('.barlayer path').count()
-            assert bars >= 32, bars                                         # chimera D=4 N=4: 32 actions, bubbles besides
-            text = page.locator('article').inner_text()
-            assert '#|' not in text and not [h for h in HIDDEN if h in text]
-            plot.scroll_into_view_if_needed()
-            _shot(page, tmp_path, 'docs-viz-figure.png', full=False)
+    with chromium() as browser:
+        page = browser.new_page(viewport={'width': 1280, 'height': 900})
+        errors = []
+        page.on('pageerror', lambda e: errors.append(str(e)))
+        page.goto((out / 'notebooks' / '02_viz.html').as_uri())
+        plot = page.locator('.js-plotly-plot').first
+        plot.locator('svg.main-svg').first.wait_for(timeout=30_000)
+        assert page.locator('.js-plotly-plot').count() >= 5
+        bars = plot.locator('.barlayer path').count()
+        assert bars >= 32, bars                                         # chimera D=4 N=4: 32 actions, bubbles besides
+        text = page.locator('article').inner_text()
+        assert '#|' not in text and not [h for h in HIDDEN if h in text]
+        plot.scroll_into_view_if_needed()
+        _shot(page, tmp_path, 'docs-viz-figure.png', full=False)
 
-            # the sidebar: taller than the window, it scrolls on its own; its last entry comes into view and opens
-            wrap = page.locator('.md-sidebar--primary .md-sidebar__scrollwrap')
-            scroll_h, client_h = wrap.evaluate('e => [e.scrollHeight, e.clientHeight]')
-            assert scroll_h > client_h, (scroll_h, client_h)
-            last = page.locator('.md-sidebar--primary .md-nav__link[href]').last
-            name = last.inner_text().strip()
-            wrap.hover(); page.mouse.wheel(0, 5000)                                # scroll as a user does, with the wheel
-            in_view = lambda b: b is not None and 0 <= b['y'] and b['y'] + b['height'] <= 900
-            for _ in range(100):                                                   # a loaded machine scrolls late: up to 10 s
-                if in_view(box := last.bounding_box()): break
-                page.wait_for_timeout(100)
-            assert in_view(box), box
-            assert wrap.evaluate('e => e.scrollTop') > 0
-            _shot(page, tmp_path, 'docs-sidebar-end.png', full=False)
-            last.click()
-            page.wait_for_url(re.compile(rf'/api/{re.escape(name)}\.html$'))
-            assert page.locator('h1').first.inner_text().strip() == f'chimera_nb.{name}'
+        # the sidebar: taller than the window, it scrolls on its own; its last entry comes into view and opens
+        wrap = page.locator('.md-sidebar--primary .md-sidebar__scrollwrap')
+        scroll_h, client_h = wrap.evaluate('e => [e.scrollHeight, e.clientHeight]')
+        assert scroll_h > client_h, (scroll_h, client_h)
+        last = page.locator('.md-sidebar--primary .md-nav__link[href]').last
+        name = last.inner_text().strip()
+        wrap.hover(); page.mouse.wheel(0, 5000)                                # scroll as a user does, with the wheel
+        in_view = lambda b: b is not None and 0 <= b['y'] and b['y'] + b['height'] <= 900
+        for _ in range(100):                                                   # a loaded machine scrolls late: up to 10 s
+            if in_view(box := last.bounding_box()): break
+            page.wait_for_timeout(100)
+        assert in_view(box), box
+        assert wrap.evaluate('e => e.scrollTop') > 0
+        _shot(page, tmp_path, 'docs-sidebar-end.png', full=False)
+        last.click()
+        page.wait_for_url(re.compile(rf'/api/{re.escape(name)}\.html$'))
+        assert page.locator('h1').first.inner_text().strip() == f'chimera_nb.{name}'
 
-            # search from file:// (the offline plugin's inlined index, run by the vendored iframe-worker shim)
-            page.goto((out / 'index.html').as_uri())
-            page.locator('input.md-search__input').click()
-            page.keyboard.type('plot_timeline', delay=30)
-            page.locator('.md-search-result__item').first.wait_for(timeout=30_000)
-            meta = page.locator('.md-search-result__meta').inner_text()
-            assert re.match(r'\d+ matching documents?', meta), meta
-            assert page.locator('.md-search-result__item').filter(has_text='plot_timeline').count() > 0
-            _shot(page, tmp_path, 'docs-search.png', full=False)
-            assert not errors, errors
-            print(f"screenshots in {tmp_path}")
-        finally:
-            browser.close()
+        # search from file:// (the offline plugin's inlined index, run by the vendored iframe-worker shim)
+        page.goto((out / 'index.html').as_uri())
+        page.locator('input.md-search__input').click()
+        page.keyboard.type('plot_timeline', delay=30)
+        page.locator('.md-search-result__item').first.wait_for(timeout=30_000)
+        meta = page.locator('.md-search-result__meta').inner_text()
+        assert re.match(r'\d+ matching documents?', meta), meta
+        assert page.locator('.md-search-result__item').filter(has_text='plot_timeline').count() > 0
+        _shot(page, tmp_path, 'docs-search.png', full=False)
+        assert not errors, errors
+        print(f"screenshots in {tmp_path}")

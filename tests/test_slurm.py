@@ -248,9 +248,7 @@ WATCH_JS = """() => { const gd = document.querySelector('.jp-OutputArea-output .
 @pytest.mark.timeout(420)
 def test_job_watch_in_jupyterlab_survives_reload_and_restart(jobs, cluster, tmp_path):
     "The watch of a finished job in a real JupyterLab: state, loss, measured vs predicted step; a reload redraws it; a restart says what to re-run."
-    from lab_server import jupyter_lab, open_notebook, run_all, screenshot, wait_for, CHROMIUM, CHROME_ARGS
-    if not os.access(CHROMIUM, os.X_OK): pytest.skip(f"no Chromium at {CHROMIUM}")
-    sync_playwright = pytest.importorskip('playwright.sync_api').sync_playwright
+    from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot, wait_for
     job = jobs['train']
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     root = tmp_path / 'root'; root.mkdir()
@@ -260,28 +258,24 @@ def test_job_watch_in_jupyterlab_survives_reload_and_restart(jobs, cluster, tmp_
                                                   "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
                                                   "nbformat": 4, "nbformat_minor": 5}))
     done = lambda s: 'COMPLETED' in s['status'] and s['traces'] == 3 and 'measured vs' in s['line'] and 'predicted' in s['line']
-    with jupyter_lab(root, tmp_path) as lab, sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROME_ARGS)
-        try:
-            page, errors = open_notebook(browser, lab, 'watch.ipynb')
-            run_all(page)
-            before = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 120, 'the watch')
-            page.keyboard.press('Control+s')
-            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
-            screenshot(page, tmp_path, 'watch-1.png', full=False)
-            page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-            after = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 60, 'the watch after a reload')
-            assert not page.locator('.chimera-rerun').is_visible()
-            screenshot(page, tmp_path, 'watch-2-reloaded.png', full=False)
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")
-            page.locator('.jp-Dialog button', has_text='Restart').click()
-            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
-            page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-            line = page.locator('.chimera-rerun')
-            line.wait_for(state='visible', timeout=60_000)
-            assert 'job watch' in line.inner_text() and 'run this cell again' in line.inner_text(), line.inner_text()
-            screenshot(page, tmp_path, 'watch-3-restarted.png', full=False)
-            assert not [e for e in errors if 'Failed to initialize' in e or 'model not found' in e], errors
-            print(f"watch before {before}\nafter reload {after}\nscreenshots in {tmp_path}")
-        finally:
-            browser.close()
+    with jupyter_lab(root, tmp_path) as lab, chromium() as browser:
+        page, errors = open_notebook(browser, lab, 'watch.ipynb')
+        run_all(page)
+        before = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 120, 'the watch')
+        page.keyboard.press('Control+s')
+        wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+        screenshot(page, tmp_path, 'watch-1.png', full=False)
+        page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+        after = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 60, 'the watch after a reload')
+        assert not page.locator('.chimera-rerun').is_visible()
+        screenshot(page, tmp_path, 'watch-2-reloaded.png', full=False)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")
+        page.locator('.jp-Dialog button', has_text='Restart').click()
+        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+        page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+        line = page.locator('.chimera-rerun')
+        line.wait_for(state='visible', timeout=60_000)
+        assert 'job watch' in line.inner_text() and 'run this cell again' in line.inner_text(), line.inner_text()
+        screenshot(page, tmp_path, 'watch-3-restarted.png', full=False)
+        assert not [e for e in errors if 'Failed to initialize' in e or 'model not found' in e], errors
+        print(f"watch before {before}\nafter reload {after}\nscreenshots in {tmp_path}")
