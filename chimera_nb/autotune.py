@@ -20,8 +20,8 @@ from .catalog import PRESETS
 from .checks import SpecError, check_number, check_memory
 from .perf_model import Prediction, predict, predict_spec, predict_bound, BOUNDS, predict_memory, state_memory, cross_check
 from .program import resolve_sync
-from .profile import Profile, estimate_profile
-from .hardware import Hardware, HARDWARE
+from .profile import Profile, estimate_profile, measured_profiles
+from .hardware import Hardware, HARDWARE, profiles_folder
 from .profile import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
@@ -122,6 +122,7 @@ class Tuning:
     seconds: float         # search time
     evaluated: int         # configurations looked at (ranked + rejected + pruned)
     pruned: object = None  # pandas DataFrame: configurations whose bound cannot reach the first rows nor their schedule's best
+    basis: str = ''        # what the predictions rest on: a preset's data-sheet estimate or a measured profile (its name and date)
 
     @property
     def rate(self) -> float: return self.evaluated / self.seconds if self.seconds else math.inf
@@ -141,8 +142,8 @@ class Tuning:
 def __repr__(self:Tuning):
     cut = f"{len(self.pruned)} pruned, " if self.pruned is not None and len(self.pruned) else ''
     head = f"Tuning({len(self.ranking)} ranked, {len(self.rejected)} rejected, {cut}{self.evaluated / max(self.seconds, 1e-9):.0f} configs/s"
-    b = self.best
-    return head + (f"; best: {schedule_label(b.schedule, b.options)} W={b.W} D={b.D} B={b.B} N={b.N})" if b is not None else ')')
+    b, on = self.best, f"; predicted with {self.basis}" if self.basis else ''
+    return head + (f"; best: {schedule_label(b.schedule, b.options)} W={b.W} D={b.D} B={b.B} N={b.N}" if b is not None else '') + on + ')'
 
 # %% ../nbs/09_autotune.ipynb #s2090013
 @patch
@@ -153,6 +154,25 @@ def _repr_html_(self:Tuning):
                              if df is not None and len(df) else '')
     return (f"<p>{html.escape(repr(self))}</p>" + self.ranking[cols].head(10).round(4).to_html() +
             fold(self.rejected, 'rejected configurations, with their reasons') + fold(self.pruned, 'pruned configurations, with their bounds'))
+
+# %% ../nbs/09_autotune.ipynb #at38a
+def _hardware(hardware, profile, model) -> tuple:
+    "(Hardware or None, profile): a preset's name is its Hardware; any other name is a measured profile, read and checked for `model`."
+    if not isinstance(hardware, str) or profile is not None: return (hardware if not isinstance(hardware, str) else HARDWARE.get(hardware)), profile
+    if hardware in HARDWARE: return HARDWARE[hardware], None
+    try: return None, Profile.named(hardware).check_use(model)
+    except ValueError as e:
+        if 'no measured profile' not in str(e): raise
+        have = ', '.join(measured_profiles().name) or 'none'
+        raise ValueError(f"hardware {hardware!r} is neither a preset ({', '.join(HARDWARE)}) nor a measured profile ({have}): "
+                         f"calibrate the partition with `chimera-slurm calibrate`") from e
+
+def _basis(profile, hardware) -> str:
+    "What a search's predictions rest on, in words."
+    p = next(iter(profile.values())) if isinstance(profile, dict) else profile
+    if p is None or p.source.startswith('estimated:'):
+        return f"estimated for {hardware.name if isinstance(hardware, Hardware) else p.source.split(':', 1)[1]} (data sheet)"
+    return f"measured profile {p.name or '(unnamed)'} ({p.machine.get('gpu') or p.device}, {p.date[:10] or 'undated'})"
 
 # %% ../nbs/09_autotune.ipynb #82830e0a
 def _profiles(profile, model, hardware):
@@ -230,10 +250,11 @@ def _base_spec(profile:Profile|None, model:str|None, hardware:Hardware|None, syn
     m = m if m is not None and (m in PRESETS or os.path.isdir(m)) else None
     hw = hardware.name if isinstance(hardware, Hardware) else None
     if hw is None and profile is not None and profile.source.startswith('estimated:'): hw = profile.source.split(':', 1)[1]
+    if hw is None and profile is not None and profile.name and (profiles_folder() / f'{profile.name}.json').is_file(): hw = profile.name   # measured, kept
     dtype = profile.dtype if profile is not None else hardware.dtype if isinstance(hardware, Hardware) else 'float32'
     seq = (profile.seq_len or None) if profile is not None and m is not None else None
     return PipelineSpec(model=m, dtype=dtype if dtype in DTYPES else 'float32', seq_len=seq, sync=sync,
-                        hardware=hw if hw in HARDWARE else None)
+                        hardware=hw if hw in HARDWARE or hw == getattr(profile, 'name', None) else None)
 
 # %% ../nbs/09_autotune.ipynb #bb090002
 def _bound(c:PipelineSpec, prof_at, by:str='counts') -> float:
@@ -326,7 +347,8 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float)
     costs = Costs([p.forward_s for p in sp], [split_times(p)[0] for p in sp], [split_times(p)[1] for p in sp],
                   p2p=prof.p2p_latency + max((p.out_bytes for p in sp[:-1]), default=0) / prof.p2p_bandwidth)
     cap = max(simulate(c.make()).peak_activations)
-    try: r = search_schedule(c.D, c.N, costs, memory=cap, time_limit=seconds, method='heuristic')
+    try: r = search_schedule(c.D, c.N, costs, memory=cap, time_limit=seconds, method='heuristic',
+                             w_keeps=[p.w_keep for p in sp])   # what the profile saw B free, where it split
     except (ValueError, ImportError): return None
     s = c.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
     p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), 'simulate', optimizer)
@@ -349,7 +371,7 @@ def _rejected(c, p, why) -> dict:
                 spec=c if isinstance(c, PipelineSpec) else None)
 
 # %% ../nbs/09_autotune.ipynb #s2090035
-def _tuning(ok, bad, seconds, pruned=()) -> Tuning:
+def _tuning(ok, bad, seconds, pruned=(), basis:str='') -> Tuning:
     import pandas as pd
     cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB',
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'key', 'warning', 'spec']
@@ -360,7 +382,7 @@ def _tuning(ok, bad, seconds, pruned=()) -> Tuning:
     rank = _same_runs(rank)
     rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'spec'])
     cut = pd.DataFrame(list(pruned), columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'max_throughput', 'reason', 'spec'])
-    return Tuning(rank, rej, seconds, len(ok) + len(bad) + len(cut), cut)
+    return Tuning(rank, rej, seconds, len(ok) + len(bad) + len(cut), cut, basis)
 
 # %% ../nbs/09_autotune.ipynb #a7c10004
 def _async_rows(P, Gs, names, Bs, Ds, recompute, prof_at, limit, optimizer) -> tuple:
@@ -390,7 +412,7 @@ def autotune(gpus:int, # P
              global_batch:int|Sequence[int], # G, or several
              profile:Profile|dict|None=None, # a Profile (scaled to each B), or {B: Profile}
              memory_limit:float|None=None, # bytes per GPU (default: the profile's device memory)
-             model:str|None=None, hardware:Hardware|None=None, # estimate when no profile is given
+             model:str|None=None, hardware:Hardware|str|None=None, # a Hardware or a preset's name (estimated), or a measured profile's name or .json
              schedules:Sequence[str]=tuple(SCHEDULES), micro_batch_sizes:Sequence[int]|None=None,
              depths:Sequence[int]|None=None, # D to search (default: every divisor of P from 2)
              recompute:Sequence[bool]=(False, True), sync:str='auto',
@@ -403,9 +425,8 @@ def autotune(gpus:int, # P
              exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
-    if spec is not None:
-        model = model or spec.model
-        hardware = hardware or (HARDWARE.get(spec.hardware) if spec.hardware else None)
+    if spec is not None: model = model or spec.model
+    hardware, profile = _hardware(hardware or (spec.hardware if spec is not None else None), profile, model)
     _check_tune(gpus, search, search_time, refine, exact)
     prof_at = _profiles(profile, model, hardware)
     limit = _limit(memory_limit, prof_at)
@@ -423,7 +444,7 @@ def autotune(gpus:int, # P
     if search and ok:
         ok.sort(key=lambda r: -r['throughput'])
         ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
-    return _tuning(ok, bad, time.perf_counter() - t0, pruned)
+    return _tuning(ok, bad, time.perf_counter() - t0, pruned, _basis(profile, hardware))
 
 # %% ../nbs/09_autotune.ipynb #0146e072
 PAPER_SCHEMES = {'PipeDream': lambda r: r.schedule == 'pipedream', 'PipeDream-2BW': lambda r: r.schedule == 'pipedream-2bw',

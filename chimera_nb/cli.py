@@ -246,39 +246,65 @@ def train_main(argv=None) -> int:
     return run_command(cfg)
 
 # %% ../nbs/11_cli.ipynb #91d322f0
-def _slurm_parser():
-    "The `chimera-slurm` argument parser: a flag per job field, its help the field's own comment (`slurm.SlurmJob`)."
-    from chimera_nb.slurm import CLUSTER_PRESETS, SlurmJob
-    docs = field_docs(SlurmJob)
-    p = _OneLineParser(prog='chimera-slurm', description="Submit, watch and collect chimera_nb training jobs on SLURM. The job's flags "
-                      "go before --, the training's (chimera-train's flags) after it.")
-    sub = p.add_subparsers(dest='cmd', required=True)
-    s = sub.add_parser('submit', help='render the batch script and sbatch it (training flags after --)')
+def _job_flags(s, docs:dict, calibrate:bool=False):
+    "The job's flags on subcommand parser `s`: a preset and a flag per SlurmJob field, its help the field's comment (calibrate: no job name, no requeue)."
+    from chimera_nb.slurm import CLUSTER_PRESETS
     s.add_argument('--preset', default='generic', choices=list(CLUSTER_PRESETS),
                    help="a cluster's defaults (partition, GPUs and their type, CPUs, memory, modules); the flags below override them")
     for f in ('run_dir', 'name', 'gpu_type', 'mem', 'time', 'partition', 'account', 'qos', 'python'):
-        s.add_argument('--' + f.replace('_', '-'), metavar=f.upper(), help=docs[f])
+        if not (calibrate and f == 'name'): s.add_argument('--' + f.replace('_', '-'), metavar=f.upper(), help=docs[f])
     for f in ('nodes', 'gpus_per_node', 'tasks_per_node', 'cpus_per_task', 'signal_before', 'max_restarts'):
         s.add_argument('--' + f.replace('_', '-'), type=int, metavar='N', help=docs[f])
     s.add_argument('--module', action='append', dest='modules', metavar='MODULE', help=f"{docs['modules']} (repeat; replaces the preset's)")
     s.add_argument('--env', action='append', default=[], metavar='NAME=VALUE', help=f"{docs['env']} (repeat)")
     s.add_argument('--setup', action='append', dest='setup', metavar='LINE', help=f"{docs['setup']} (repeat)")
     s.add_argument('--extra', action='append', metavar='OPTION', help=f"{docs['extra']} (repeat; e.g. --extra=--constraint=ib)")
-    s.add_argument('--no-requeue', action='store_true', help="do not requeue when training stops with a checkpoint (exit 75)")
+    if not calibrate: s.add_argument('--no-requeue', action='store_true', help="do not requeue when training stops with a checkpoint (exit 75)")
     s.add_argument('--dry-run', action='store_true', help='every check a submit makes, then print the script instead of submitting it')
+
+# %% ../nbs/11_cli.ipynb #cl38a
+def _calibrate_flags(c):
+    "What a calibration measures and where its profile goes (`calibrate.calibration_job`)."
+    c.add_argument('--model', default='bert-tiny', help="the model whose layers are timed (a BERT, GPT-2 or Llama-family preset, or a saved model's folder)")
+    c.add_argument('--dtype', default='float32', help="the runs' dtype (bfloat16: autocast on GPUs)")
+    c.add_argument('--seq-len', type=int, help="tokens per example (default: the model's)")
+    c.add_argument('--sizes', type=int, nargs='+', default=[1, 2, 4], metavar='B', help='micro-batch sizes to time the layers at (default: 1 2 4)')
+    c.add_argument('--profiles', metavar='DIR', help='the profiles folder (default: $CHIMERA_PROFILES, else ~/chimera-profiles)')
+    c.add_argument('--profile-name', metavar='NAME', help="the profile's name (default: partition-model-dtype)")
+
+def _history_flags(h, runs:bool):
+    "The history's and the profiles list's flags."
+    h.add_argument('--profiles', metavar='DIR', help='the profiles folder (default: $CHIMERA_PROFILES, else ~/chimera-profiles)')
+    if runs: h.add_argument('--runs', action='store_true', help='one row per run (default: one per profile)')
+    else: h.add_argument('--model', help='refuse profiles of another model'); h.add_argument('--gpu', help='refuse profiles of another GPU (b200, l4, cpu)')
+    h.add_argument('--csv', metavar='FILE', help='also write the table here')
+
+# %% ../nbs/11_cli.ipynb #cl38b
+def _slurm_parser():
+    "The `chimera-slurm` argument parser: a flag per job field, its help the field's own comment (`slurm.SlurmJob`)."
+    from chimera_nb.slurm import SlurmJob
+    docs = field_docs(SlurmJob)
+    p = _OneLineParser(prog='chimera-slurm', description="Submit, watch and collect chimera_nb training jobs on SLURM. The job's flags "
+                      "go before --, the training's (chimera-train's flags) after it.")
+    sub = p.add_subparsers(dest='cmd', required=True)
+    _job_flags(sub.add_parser('submit', help='render the batch script and sbatch it (training flags after --)'), docs)
+    c = sub.add_parser('calibrate', help="measure a partition for a model (layers, links, all-reduce) into a profile the tuner ranks with")
+    _job_flags(c, docs, calibrate=True); _calibrate_flags(c)
     for name, h in (('status', 'state of every task'), ('logs', 'tail of the log'), ('cancel', 'scancel (or signal) the job')):
         c = sub.add_parser(name, help=h); c.add_argument('job', help='a job id or a run folder')
         if name == 'logs': c.add_argument('-n', type=int, default=40, help='the last N lines (default: 40)')
         if name == 'cancel': c.add_argument('--signal', help='send this signal instead (USR1: checkpoint and requeue)')
     c = sub.add_parser('collect', help="one table of a run's or a sweep's results")
     c.add_argument('run_dir', help="a run folder, or a sweep's folder of runs"); c.add_argument('--csv', metavar='FILE', help='also write the table here')
+    _history_flags(sub.add_parser('history', help="each measured profile's prediction error across runs (predicted vs measured step)"), True)
+    _history_flags(sub.add_parser('profiles', help="the measured profiles in the profiles folder, and why any is refused"), False)
     return p
 
 # %% ../nbs/11_cli.ipynb #c3ad16e3
-def _job_from_args(a, train_argv) -> 'SlurmJob':
-    from chimera_nb.slurm import SlurmJob, preset
-    train = parse_config(train_argv)
-    changes = {k: v for k, v in vars(a).items() if k in {f.name for f in dataclasses.fields(SlurmJob)} - {'env'} and v is not None}
+def _job_changes(a, skip=()) -> dict:
+    "The SlurmJob fields the flags set (`skip`: those the caller sets itself)."
+    from chimera_nb.slurm import SlurmJob
+    changes = {k: v for k, v in vars(a).items() if k in {f.name for f in dataclasses.fields(SlurmJob)} - {'env', *skip} and v is not None}
     for k in ('modules', 'setup', 'extra'):
         if k in changes: changes[k] = tuple(changes[k])
     env = {}
@@ -286,8 +312,29 @@ def _job_from_args(a, train_argv) -> 'SlurmJob':
         if '=' not in kv: raise ValueError(f"--env {kv!r}: use NAME=VALUE")
         k, v = kv.split('=', 1); env[k] = v
     if env: changes['env'] = env
-    if a.no_requeue: changes['requeue'] = False
-    return preset(a.preset, train, **changes)
+    if getattr(a, 'no_requeue', False): changes['requeue'] = False
+    return changes
+
+def _job_from_args(a, train_argv) -> 'SlurmJob':
+    from chimera_nb.slurm import preset
+    return preset(a.preset, parse_config(train_argv), **_job_changes(a))
+
+# %% ../nbs/11_cli.ipynb #cl38c
+def _calibration_from_args(a) -> 'SlurmJob':
+    from chimera_nb.calibrate import calibration_job
+    return calibration_job(a.preset, a.model, a.nodes or 1, a.dtype, a.seq_len, a.sizes, a.profiles, a.profile_name, **_job_changes(a, skip=('nodes',)))
+
+def _profiles_table(a) -> str:
+    "The text `chimera-slurm history` or `profiles` prints (the table also written to --csv)."
+    if a.cmd == 'history':
+        from chimera_nb.report import prediction_history
+        df, none = prediction_history(a.profiles, by_profile=not a.runs), "no run was predicted from a measured profile yet"
+    else:
+        from chimera_nb.profile import measured_profiles
+        df, none = measured_profiles(a.profiles, a.model, a.gpu).drop(columns='path'), "no measured profiles: calibrate one with chimera-slurm calibrate"
+    if a.csv: df.to_csv(a.csv, index=False)
+    from chimera_nb.hardware import profiles_folder
+    return f"{profiles_folder(a.profiles)}: {none}" if df.empty else df.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
 # %% ../nbs/11_cli.ipynb #4e916837
 def slurm_main(argv=None) -> int:
@@ -303,6 +350,11 @@ def slurm_main(argv=None) -> int:
             job = _job_from_args(a, train_argv)
             if a.dry_run: print(check_submission(job), end=''); return 0   # every check of a submit, then the script
             j = submit(job); print(f"submitted job {j.job_id}; run folder {j.run_dir}"); return 0
+        if a.cmd == 'calibrate':
+            job = _calibration_from_args(a)
+            if a.dry_run: print(check_submission(job), end=''); return 0
+            j = submit(job); print(f"submitted calibration job {j.job_id}: profile {job.program[4]} into {job.program[2]}; run folder {j.run_dir}"); return 0
+        if a.cmd in ('history', 'profiles'): print(_profiles_table(a)); return 0
         if a.cmd == 'collect':
             df = collect(a.run_dir)
             if a.csv: df.to_csv(a.csv, index=False)

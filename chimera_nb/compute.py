@@ -6,11 +6,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/compute.html.md"""
 
 # %% auto #0
 __all__ = ['microbatch_seed', 'seeded', 'layer_streams', 'layer_seed', 'Context', 'ComputeBackend', 'ModuleCompute',
-           'saved_bytes', 'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute',
+           'SavedTensors', 'input_grads', 'weight_grads', 'RecomputeCompute', 'EvalCompute', 'EmulatedCompute',
            'make_compute', 'make_clock']
 
 # %% ../nbs/06f_compute.ipynb #bb62568e
-import contextlib, math, threading, time
+import contextlib, math, threading, time, weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, NamedTuple
@@ -171,7 +171,7 @@ class ModuleCompute(ComputeBackend):
 
     def begin(self, inputs, targets):
         super().begin(inputs, targets)
-        self.stash, self.wstash, self.live, self.peak = {}, {}, {}, 0
+        self.stash, self.wstash, self.live, self.peak, self.tracked = {}, {}, {}, 0, {}   # tracked: what each micro-batch saved
 
     @cached_property
     def flat(self) -> dict:
@@ -218,24 +218,37 @@ def _count(self:ModuleCompute, a:Action, nbytes:int):
 def stats(self:ModuleCompute): return dict(peak_saved_bytes=self.peak)
 
 # %% ../nbs/06f_compute.ipynb #6171062f
-def saved_bytes(fn, params) -> tuple:
-    "(result of fn(), bytes of the distinct storages autograd saved while it ran, parameters excluded)."
-    seen, skip = {}, {p.untyped_storage().data_ptr() for p in params}
-    @torch.compiler.disable   # a compiled stage (--compile) calls this hook eagerly, not traced once per tensor layout
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in skip: seen[s.data_ptr()] = s.nbytes()
-        return t.detach()   # not `t`: a saved output would hold itself through its graph, a cycle in C++ that gc never frees
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): out = fn()
-    return out, sum(seen.values())
+class SavedTensors:
+    "What autograd saves while computes run under `track` (saved-tensor hooks), parameters excluded: the distinct storages' bytes, and which a graph still holds."
+    def __init__(self, params): # the weights: not activations
+        self.skip = {p.untyped_storage().data_ptr() for p in params}
+        self.saved = {}   # storage address -> (bytes, weak references to the tensors the graphs hold of it)
+
+    def track(self, fn):
+        "fn(), recording what autograd saves while it runs."
+        @torch.compiler.disable   # a compiled stage (--compile) calls this hook eagerly, not traced once per tensor layout
+        def pack(t):
+            s, held = t.untyped_storage(), t.detach()   # not `t`: a saved output would hold itself through its graph, a cycle gc never frees
+            if s.data_ptr() not in self.skip: self.saved.setdefault(s.data_ptr(), (s.nbytes(), []))[1].append(weakref.ref(held))
+            return held
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t): return fn()
+
+    @property
+    def nbytes(self) -> int: return sum(n for n, _ in self.saved.values())
+
+    def held_bytes(self) -> int:
+        "Bytes of the saved storages a graph still holds (after B of a split backward: what W still needs)."
+        return sum(n for n, refs in self.saved.values() if any(r() is not None for r in refs))
 
 # %% ../nbs/06f_compute.ipynb #66f7a6ee
 @patch
 def _saving(self:ModuleCompute, a:Action, fn):
     "fn(), counting the bytes autograd saves while it runs as live for `a`'s micro-batch (with probe_memory)."
     if not self.ctx.probe_memory: return fn()
-    out, n = saved_bytes(fn, list(self.ctx.stages[a.stage].parameters()))
-    self._count(a, n)
+    st = self.tracked.setdefault((a.stage, a.microbatch, a.pipe), SavedTensors(list(self.ctx.stages[a.stage].parameters())))
+    before = st.nbytes
+    out = st.track(fn)
+    self._count(a, st.nbytes - before)
     return out
 
 # %% ../nbs/06f_compute.ipynb #25d71ebc
@@ -271,10 +284,11 @@ def backward(self:ModuleCompute, a, grads):
     leaves, y = self._restore(a)
     if grads is None: outs, gouts = [y * self.scale], None                      # last stage: from the loss
     else: outs, gouts = [o for o in flatten(y)[0] if o.requires_grad], list(grads)
+    del y   # only `outs` hold the graph now: a split B lets go of what W does not need (the loss above the scaled copy too)
     xs = [l for l in leaves if l.requires_grad]
     if self.ctx.schedule.split_backward: return self._input_grads(a, outs, gouts, xs)
     torch.autograd.backward(outs, gouts)
-    self.live.pop((a.stage, a.microbatch, a.pipe), None)
+    self.live.pop((a.stage, a.microbatch, a.pipe), None); self.tracked.pop((a.stage, a.microbatch, a.pipe), None)
     return None if a.stage == 0 else _or_zeros([x.grad for x in xs], xs)
 
 # %% ../nbs/06f_compute.ipynb #2a094f95
@@ -301,14 +315,16 @@ def _input_grads(self:ModuleCompute, a, outs, gouts, xs):
     "B of a split backward: the input gradients now; what W needs is kept."
     params = [p for p in self.ctx.stages[a.stage].parameters() if p.requires_grad]
     gx, kept = input_grads(outs, gouts, xs, params)
-    self.wstash[(a.stage, a.microbatch, a.pipe)] = kept
+    key = (a.stage, a.microbatch, a.pipe)
+    self.wstash[key] = kept
+    if (st := self.tracked.get(key)) is not None: self.live[key] -= st.nbytes - st.held_bytes()   # what B let go
     return None if a.stage == 0 and kept[0] == 'graph' else _or_zeros(gx, xs)
 
 @patch
 def weight(self:ModuleCompute, a):
     params = [p for p in self.ctx.stages[a.stage].parameters() if p.requires_grad]
     weight_grads(params, self.wstash.pop((a.stage, a.microbatch, a.pipe)))
-    self.live.pop((a.stage, a.microbatch, a.pipe), None)
+    self.live.pop((a.stage, a.microbatch, a.pipe), None); self.tracked.pop((a.stage, a.microbatch, a.pipe), None)
 
 # %% ../nbs/06f_compute.ipynb #46985ab7
 def _params(m:nn.Module) -> list: return [p for p in m.parameters() if p.requires_grad]

@@ -9,7 +9,7 @@ __all__ = ['InferConfig', 'check_infer_config', 'timed', 'dp_rank', 'InferRow', 
            'plot_scaling', 'run_from_env']
 
 # %% ../nbs/13_infer.ipynb #22a5197e
-import argparse, json, os, statistics, sys, time
+import argparse, dataclasses, json, os, statistics, sys, time
 from dataclasses import dataclass, asdict, field, fields
 from pathlib import Path
 import pandas as pd
@@ -25,6 +25,10 @@ from .report import provenance
 from .tasks import prepare_data, split_batch
 from .spec import PipelineSpec
 from .checks import SpecError, check_number
+from .payload import to_device
+from .profile import Profile, estimate_profile, profile_layers_as, fit_sizes
+from .hardware import HARDWARE
+from .perf_model import predict
 
 # %% ../nbs/13_infer.ipynb #f4d0837a
 _MODES = ('dp', 'pipeline')
@@ -46,6 +50,7 @@ class InferConfig:
     seed: int = 0
     timeout: float = 300.0            # seconds any wait may take
     out: str|None = None              # CSV of the results (one row per ranks x batch size), with machine and versions
+    hardware: str|None = None         # predict each row from this preset or measured profile (None: from the layers timed here first)
 
 # %% ../nbs/13_infer.ipynb #7defab98
 def _positive_ints(v, name:str) -> tuple:
@@ -168,6 +173,38 @@ def _peak_mb(dev) -> float:
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
+# %% ../nbs/13_infer.ipynb #d33a2d20
+def _micro_sizes(cfg:InferConfig) -> list:
+    "The micro-batch sizes the rows run: each batch (dp), or each batch's micro-batch (pipeline)."
+    return sorted({b if cfg.mode == 'dp' else b // cfg.microbatches for b in cfg.batch_sizes})
+
+def _infer_profile(cfg:InferConfig, td, comm=None, repeats:int=3) -> Profile:
+    "The profile the rows are predicted from: `cfg.hardware`'s, else the classifier's layers timed on this process's device at each micro-batch size."
+    sizes = _micro_sizes(cfg)
+    if cfg.hardware in HARDWARE: return estimate_profile(cfg.model, HARDWARE[cfg.hardware], sizes[0], cfg.seq_len, cfg.dtype)
+    if cfg.hardware is not None: return Profile.named(cfg.hardware).check_use(cfg.model)
+    dev, m = _device(), build(cfg.model, 'classify', num_labels=td.num_labels, seed=cfg.seed)
+    layers = [l.to(dev) for l in m.layers]
+    def at(b):
+        x, y, _ = _inputs_for(cfg, b, td)
+        return profile_layers_as(cfg.model, layers, to_device(x, dev), m.loss_fn, to_device(y, dev), b, cfg.seq_len, comm, repeats,
+                                 autocast=cfg.dtype == 'bfloat16')
+    profs = [at(b) for b in sizes]
+    return fit_sizes(profs) if len(profs) > 1 else profs[0]
+
+# %% ../nbs/13_infer.ipynb #151b6c70
+def _predicted_step(prof:Profile, cfg:InferConfig, ranks:int, batch:int) -> float:
+    "Seconds of one timed batch, forward only: the whole model on `batch` (dp), or `cfg.microbatches` micro-batches through `ranks` stages."
+    s = make_schedule('gpipe', 1, 1) if cfg.mode == 'dp' else make_schedule(cfg.schedule, ranks, cfg.microbatches)
+    B = batch if cfg.mode == 'dp' else batch // cfg.microbatches
+    return predict(prof.at(B), s.forwards(), 1, 'end', 'simulate', memory=False, cross_check=False).iteration_s
+
+def _with_prediction(df:pd.DataFrame, cfg:InferConfig, prof:Profile) -> pd.DataFrame:
+    "Add each row's predicted step, its error against the measured one, and what it was predicted from."
+    pred = [_predicted_step(prof, cfg, r, b) for r, b in zip(df.ranks, df.batch)]
+    return df.assign(predicted_step_s=pred, prediction_error=[p / m - 1 for p, m in zip(pred, df.step_s)],
+                     predicted_from=cfg.hardware or f"profiled here ({prof.device})")
+
 # %% ../nbs/13_infer.ipynb #27102467
 def _with_efficiency(df:pd.DataFrame) -> pd.DataFrame:
     "Add `efficiency` = throughput(P) / (P x throughput(1)): one process of the same mode and batch, else any one-process row of that batch (one process runs the whole model either way)."
@@ -192,13 +229,16 @@ def load_results(path) -> pd.DataFrame:
 def benchmark(cfg:InferConfig) -> pd.DataFrame:
     "Measure every (ranks, batch size) of `cfg` with local processes; one row each, plus efficiency."
     from chimera_nb.launch import launch_local
+    from chimera_nb.measure import measure_comm
     cfg = check_infer_config(cfg)
     rows = []
     for b in cfg.batch_sizes:
         td = prepare_data(_train_config(cfg, b))  # once, before the processes fork
         for p in cfg.ranks:
             rows.append(launch_local(_measure_rank, p, cfg, b, td, timeout=cfg.timeout)[0])
-    df = _with_efficiency(pd.DataFrame([asdict(r) for r in rows]))
+    comm = measure_comm(2, (4096, 65536, 1 << 20), 3) if cfg.mode == 'pipeline' and max(cfg.ranks) > 1 and cfg.hardware is None else None
+    prof = _infer_profile(cfg, td, comm)   # after the processes: the parent's own threads start only now
+    df = _with_prediction(_with_efficiency(pd.DataFrame([asdict(r) for r in rows])), cfg, prof)
     if cfg.out: save_results(df, cfg.out)
     return df
 
@@ -228,8 +268,8 @@ def run_from_env(cfg:InferConfig) -> pd.DataFrame|None:
         rows.append(_measure_rank(rank, world, cfg, b, td))
     dist.destroy_process_group()
     if rank: return None
-    df = pd.DataFrame([asdict(r) for r in rows])
-    if cfg.out and Path(cfg.out).exists(): df = pd.concat([load_results(cfg.out)[df.columns], df], ignore_index=True)
+    df = _with_prediction(pd.DataFrame([asdict(r) for r in rows]), cfg, _infer_profile(cfg, td))   # rank 0's device: the GPU measured
+    if cfg.out and Path(cfg.out).exists(): df = pd.concat([load_results(cfg.out).reindex(columns=df.columns), df], ignore_index=True)
     df = _with_efficiency(df)
     if cfg.out: save_results(df, cfg.out)
     return df

@@ -43,7 +43,7 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
     if len(stage_profiles) != schedule.num_stages:
         raise ValueError(f"{len(stage_profiles)} stage profiles for a schedule of {schedule.num_stages} stages: profile the stages, not the layers")
     P = list(stage_profiles)
-    sizes = [p.saved_bytes for p in P], [p.in_bytes for p in P]
+    sizes = [p.saved_bytes for p in P], [p.in_bytes for p in P], [p.w_keep for p in P]   # W's share: what B leaves (split backward)
     peaks = timeline.peak_memory(*sizes) if timeline is not None else order_peak_memory(schedule, *sizes)   # the order fixes them
     rows = [_rank_memory(schedule, P, r, peaks[r], optimizer, lookahead) for r in range(schedule.num_ranks)]
     if not as_frame:

@@ -1,4 +1,4 @@
-"""transformers BERT and GPT-2 (and a small CNN) as lists of stage-able layers — masks built once per micro-batch and carried across stages, tied embeddings kept tied across ranks — with the paper's presets.
+"""transformers BERT, GPT-2 and Llama-family decoders (Llama, Qwen2, Mistral; and a small CNN) as lists of stage-able layers — masks built once per micro-batch and carried across stages, tied embeddings kept tied across ranks — with the paper's presets.
 
 Docs: https://chimera-nb.github.io/chimera_nb/models.html.md"""
 
@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/models.html.md"""
 
 # %% auto #0
 __all__ = ['LOSSES', 'BertEmbed', 'BertBlock', 'BertMLMHead', 'BertClassifierHead', 'GPT2Embed', 'GPT2BlockLayer', 'GPT2Head',
-           'small_cnn', 'token_loss', 'causal_lm_loss', 'classification_loss', 'ModelLayers', 'family_of', 'build',
-           'parameter_count', 'PipelineModel', 'to_stages']
+           'LlamaEmbed', 'LlamaBlock', 'LlamaHead', 'small_cnn', 'token_loss', 'causal_lm_loss', 'classification_loss',
+           'ModelLayers', 'family_of', 'build', 'parameter_count', 'PipelineModel', 'to_stages']
 
 # %% ../nbs/04_models.ipynb #8ee2d124
 import contextlib, math, os, threading
@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from .partition import Stage, partition, Partition
-from .catalog import Preset, PRESETS, TASKS   # beside the spec, which checks D and seq_len against them without torch
+from .catalog import Preset, PRESETS, TASKS, FAMILY_OF_TYPE   # beside the spec, which checks D and seq_len against them without torch
 from .checks import check_number
 from .files import load_dict
 
@@ -76,6 +76,44 @@ class GPT2Head(nn.Module):
     "The final layer norm and the LM head: (h, mask) -> token logits."
     def __init__(self, ln_f, lm_head): super().__init__(); self.ln_f, self.lm_head = ln_f, lm_head
     def forward(self, h, mask): return self.lm_head(self.ln_f(h))
+
+# %% ../nbs/04_models.ipynb #34fda8b7
+def _layer_kinds(config) -> list:
+    "Each decoder layer's attention kind: 'full_attention', or 'sliding_attention' (Mistral's window, Qwen2's windowed layers)."
+    if getattr(config, 'layer_types', None): return list(config.layer_types[:config.num_hidden_layers])
+    return ['sliding_attention' if getattr(config, 'sliding_window', None) else 'full_attention'] * config.num_hidden_layers
+
+def _causal_masks(config, h, attention_mask, pos) -> tuple:
+    "One materialised mask per attention kind the layers use, in order of first use (transformers' own mask functions)."
+    from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+    make = {'full_attention': create_causal_mask, 'sliding_attention': create_sliding_window_causal_mask}
+    return tuple(make[k](config=config, inputs_embeds=h, attention_mask=attention_mask, cache=None, position_ids=pos,
+                         allow_is_causal_skip=False) for k in dict.fromkeys(_layer_kinds(config)))
+
+# %% ../nbs/04_models.ipynb #ce9dcde0
+class LlamaEmbed(nn.Module):
+    "A Llama-family decoder's token embeddings, rotary cos/sin and causal masks, once per micro-batch: (input_ids, attention_mask) -> (h, cos, sin, *masks)."
+    def __init__(self, embed_tokens, rotary_emb, config):
+        super().__init__()
+        self.embed_tokens, self.rotary_emb, self.config = embed_tokens, rotary_emb, config
+
+    def forward(self, input_ids, attention_mask=None):
+        pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        h = self.embed_tokens(input_ids)
+        cos, sin = self.rotary_emb(h, pos)   # (1, seq, head_dim): one for the micro-batch, as transformers computes them
+        return (h, cos, sin) + _causal_masks(self.config, h, attention_mask, pos)
+
+# %% ../nbs/04_models.ipynb #173ccabb
+class LlamaBlock(nn.Module):
+    "One decoder layer (transformers' Llama / Qwen2 / Mistral layer): (h, cos, sin, *masks) -> the same, h updated."
+    def __init__(self, layer:nn.Module, kind:int=0): super().__init__(); self.layer, self.kind = layer, kind   # kind: its mask's index
+    def forward(self, h, cos, sin, *masks):
+        return (self.layer(h, attention_mask=masks[self.kind], position_embeddings=(cos, sin)), cos, sin) + masks
+
+class LlamaHead(nn.Module):
+    "The final RMSNorm and the LM head: (h, cos, sin, *masks) -> token logits."
+    def __init__(self, norm, lm_head): super().__init__(); self.norm, self.lm_head = norm, lm_head
+    def forward(self, h, *rest): return self.lm_head(self.norm(h))
 
 # %% ../nbs/04_models.ipynb #03e5b7e4
 def small_cnn(in_channels:int=1, # 1 (Fashion-MNIST) or 3 (CIFAR-10)
@@ -136,15 +174,24 @@ def _seeded_build(seed:int):
         yield
 
 # %% ../nbs/04_models.ipynb #4a948413
+_HF_CLASSES = {('bert', 'mlm'): 'BertForMaskedLM', ('bert', 'classify'): 'BertForSequenceClassification',
+               ('gpt2', 'clm'): 'GPT2LMHeadModel', ('llama', 'clm'): 'AutoModelForCausalLM'}
+
+def _hf_config(family:str, source:dict, **kw):
+    "A preset's transformers config; a Llama-family preset names its model_type (llama, qwen2, mistral)."
+    import transformers as T
+    if family != 'llama': return (T.BertConfig if family == 'bert' else T.GPT2Config)(**{**source, **kw})
+    return T.AutoConfig.for_model(**{**source, **kw})   # overrides win over the preset's keys
+
 def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed:int):
     "The transformers model for `task`: from a preset's config dict, or `from_pretrained(source)` for a path / hub name."
     import transformers as T
-    cls = {('bert', 'mlm'): T.BertForMaskedLM, ('bert', 'classify'): T.BertForSequenceClassification,
-           ('gpt2', 'clm'): T.GPT2LMHeadModel}[(family, task)]
+    cls = getattr(T, _HF_CLASSES[(family, task)])
     kw = dict(num_labels=num_labels) if task == 'classify' else {}
     with _seeded_build(seed):
         if isinstance(source, dict):
-            return cls((T.BertConfig if family == 'bert' else T.GPT2Config)(**source, **overrides, **kw))
+            cfg = _hf_config(family, source, **overrides, **kw)
+            return cls.from_config(cfg) if family == 'llama' else cls(cfg)   # the Auto class picks Llama, Qwen2 or Mistral
         try:
             with _quiet_transformers(): return cls.from_pretrained(source, **overrides, **kw)
         except OSError as e:
@@ -173,9 +220,19 @@ def _gpt2_layers(m, task):
     layers = [GPT2Embed(t.wte, t.wpe, t.drop, m.config)] + [GPT2BlockLayer(b) for b in t.h]
     return layers + [GPT2Head(t.ln_f, m.lm_head)], {'embeddings': [(0, 'wte.weight'), (len(layers), 'lm_head.weight')]}
 
+def _llama_layers(m, task):
+    "A Llama / Qwen2 / Mistral causal LM's layers, and its tie (none for an untied head, its own weight)."
+    t, kinds = m.model, _layer_kinds(m.config)
+    if set(kinds) - {'full_attention', 'sliding_attention'}:
+        raise ValueError(f"{m.config.model_type} layers of kinds {sorted(set(kinds))}: chimera_nb carries full and sliding-window causal masks only: use a model with those")
+    order = list(dict.fromkeys(kinds))
+    layers = [LlamaEmbed(t.embed_tokens, t.rotary_emb, m.config)] + [LlamaBlock(l, order.index(k)) for l, k in zip(t.layers, kinds)]
+    ties = {'embeddings': [(0, 'embed_tokens.weight'), (len(layers), 'lm_head.weight')]} if m.config.tie_word_embeddings else {}
+    return layers + [LlamaHead(t.norm, m.lm_head)], ties
+
 # %% ../nbs/04_models.ipynb #96d9d531
 def family_of(path) -> str:
-    "'bert' or 'gpt2': a folder's config.json read bounded (`files.load_dict`: a FIFO there would hang), else transformers' config of a hub name."
+    "'bert', 'gpt2' or 'llama' (Llama, Qwen2, Mistral): a folder's config.json read bounded (`files.load_dict`: a FIFO there would hang), else transformers' config of a hub name."
     cfg = os.path.join(path, 'config.json')
     if os.path.isdir(path) and os.path.lexists(cfg): t = load_dict(cfg, 'model config').get('model_type')
     else:
@@ -183,12 +240,15 @@ def family_of(path) -> str:
         try: t = AutoConfig.from_pretrained(path).model_type
         except (OSError, ValueError) as e:
             raise ValueError(f"cannot read a model config at {path!r}: is it a folder with config.json (or a hub name while online)?") from e
-    if t not in ('bert', 'gpt2'): raise ValueError(f"{path!r} is a {repr(t)[:40]} model; chimera_nb builds BERT and GPT-2 models")
-    return t
+    if t not in FAMILY_OF_TYPE: raise ValueError(f"{path!r} is a {repr(t)[:40]} model; chimera_nb builds {', '.join(FAMILY_OF_TYPE)} models")
+    return FAMILY_OF_TYPE[t]
 
 # %% ../nbs/04_models.ipynb #9084826c
-def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a saved BERT / GPT-2
-          task:str|None=None, # 'mlm', 'classify' (BERT), 'clm' (GPT-2), 'image' (CNN); default: the family's first
+_DROPOUTS = {'bert': ('hidden_dropout_prob', 'attention_probs_dropout_prob'), 'gpt2': ('resid_pdrop', 'embd_pdrop', 'attn_pdrop'),
+             'llama': ('attention_dropout',)}   # each family's dropout probabilities (Llama's: attention only, 0 as trained)
+
+def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a saved BERT / GPT-2 / Llama / Qwen2 / Mistral
+          task:str|None=None, # 'mlm', 'classify' (BERT), 'clm' (GPT-2, Llama), 'image' (CNN); default: the family's first
           num_labels:int=2, # classes, for 'classify'
           seed:int=0, # initial weights (presets)
           untie:bool=True, # tied embeddings as two copies kept equal by the runtime (False: one shared parameter)
@@ -205,11 +265,10 @@ def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a s
     if family == 'cnn':
         with _seeded_build(seed): return ModelLayers(small_cnn(**{**source, **overrides}), classification_loss, task, family)
     if dropout is not None:
-        keys = ('hidden_dropout_prob', 'attention_probs_dropout_prob') if family == 'bert' else ('resid_pdrop', 'embd_pdrop', 'attn_pdrop')
-        overrides.update({k: dropout for k in keys})
+        overrides.update({k: dropout for k in _DROPOUTS[family]})
     m = _hf_model(family, task, source, overrides, num_labels, seed)
-    layers, ties = (_bert_layers if family == 'bert' else _gpt2_layers)(m, task)
-    seq = seq or (m.config.max_position_embeddings if family == 'bert' else m.config.n_positions)
+    layers, ties = {'bert': _bert_layers, 'gpt2': _gpt2_layers, 'llama': _llama_layers}[family](m, task)
+    seq = seq or m.config.max_position_embeddings   # GPT-2's n_positions under its common name
     out = ModelLayers(layers, LOSSES[task], task, family, m.config, seq, ties)
     return _untie(out) if untie else out
 
@@ -226,14 +285,16 @@ def _untie(m:ModelLayers) -> ModelLayers:
 
 # %% ../nbs/04_models.ipynb #ea0128ea
 def parameter_count(preset:str) -> dict:
-    "The preset's parameters: distinct (embeddings tied), with the tied head counted again, and the paper's count."
+    "The preset's parameters: distinct (embeddings tied), with the tied head counted again, and the published count."
     import transformers as T
     p = PRESETS[preset]
     if p.family == 'cnn': return dict(tied=sum(q.numel() for l in small_cnn(**p.config) for q in l.parameters()), untied=None, paper=None)
     with torch.device('meta'):
-        m = T.BertForPreTraining(T.BertConfig(**p.config)) if p.family == 'bert' else T.GPT2LMHeadModel(T.GPT2Config(**p.config))
-    n = sum(q.numel() for q in m.parameters())
+        if p.family == 'llama': m = T.AutoModelForCausalLM.from_config(_hf_config('llama', p.config))
+        else: m = T.BertForPreTraining(T.BertConfig(**p.config)) if p.family == 'bert' else T.GPT2LMHeadModel(T.GPT2Config(**p.config))
+    n = sum(q.numel() for q in m.parameters())   # a tied weight once
     head = m.cls.predictions.decoder.weight.numel() if p.family == 'bert' else m.lm_head.weight.numel()
+    if p.family == 'llama' and not m.config.tie_word_embeddings: head = 0   # an untied head is in n already
     extra = (p.config['hidden_size'] ** 2 + p.config['hidden_size'] + 2 * p.config['hidden_size'] + 2) if p.family == 'bert' else 0
     return dict(tied=n - extra, untied=n + head, paper=p.paper_params)
 

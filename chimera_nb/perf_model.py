@@ -423,8 +423,8 @@ def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and optio
     if profile is None:
         if spec.hardware is None or spec.model is None:
             raise ValueError(f"cannot estimate {spec}: give profile= (a measured Profile) or a spec with a model and a hardware preset")
-        if spec.hardware.endswith('.json'): profile = Profile.load(spec.hardware, spec.model)
-        else: profile = estimate_profile(spec.model, HARDWARE[spec.hardware], spec.B, spec.seq_len, spec.dtype)
+        if spec.hardware in HARDWARE: profile = estimate_profile(spec.model, HARDWARE[spec.hardware], spec.B, spec.seq_len, spec.dtype)
+        else: profile = Profile.named(spec.hardware).check_use(spec.model)   # measured: refused when stale or of another model
     profile = profile.at(spec.B)
     return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile.comm_overlaps), method, optimizer)
 

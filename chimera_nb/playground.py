@@ -16,7 +16,7 @@ from .autotune import autotune
 from .spec import PipelineSpec, TrainConfig
 from .perf_model import predict, predicted_costs
 from .program import resolve_sync
-from .profile import Profile, estimate_profile
+from .profile import Profile, estimate_profile, measured_profiles
 from .hardware import HARDWARE
 from .viz import plot_breakdown, replace_figure
 from .memory import memory_estimate, MEMORY_PARTS
@@ -24,14 +24,20 @@ from .catalog import PRESETS
 from .explore import Explorer, show_with_hint, alive_style, responsive
 from .viz import GLOSSARY, sig3, pct
 
+# %% ../nbs/12_playground.ipynb #pg38a
+def _hardware_options(current:str|None=None) -> list:
+    "(label, value) of every preset, then of every measured profile in the profiles folder ('measured: <name>'), and `current` if it is neither."
+    opts = [(k, k) for k in HARDWARE] + [(f"measured: {n}", n) for n in measured_profiles().name]
+    return opts + ([(f"measured: {current}", current)] if current and current not in {v for _, v in opts} else [])
+
 # %% ../nbs/12_playground.ipynb #d304dfec
-_MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2')]
+_MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2', 'llama')]   # the presets `estimate_profile` knows
 
 def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None) -> dict:
     "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, and the Tune button."
     st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
     return dict(model=W.Dropdown(options=_MODELS, value=model, description='model', style=st),
-                hardware=W.Dropdown(options=list(HARDWARE), value=hardware, description='GPU', style=st),
+                hardware=W.Dropdown(options=_hardware_options(hardware), value=hardware, description='GPU', style=st),
                 gpus=W.BoundedIntText(value=gpus, min=1, max=65536, description='GPUs (P)', style=st, layout=box('150px')),
                 batch=W.BoundedIntText(value=global_batch, min=1, max=10**7, description='global batch', tooltip=GLOSSARY['B̂'],
                                        style=st, layout=box('180px')),
@@ -52,7 +58,8 @@ class Playground(W.VBox):
         self.explorer = Explorer(memory=False)   # width: the notebook's
         self.breakdown = responsive(go.FigureWidget())
         self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
-        self.actions = W.HBox([self.slurm_button])   # other tools add their buttons here
+        self.calibrate_button = W.Button(description='Calibrate…', tooltip="measure a partition for this model: a short SLURM job; the tuner ranks with its profile")
+        self.actions = W.HBox([self.slurm_button, self.calibrate_button])   # other tools add their buttons here
         self.profile, self.micro_batch_sizes, self.tuning, self._callbacks, self.form = profile, tuple(micro_batch_sizes), None, [], None
         wrap = W.Layout(flex_flow='row wrap')
         super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button], layout=wrap),
@@ -62,6 +69,7 @@ class Playground(W.VBox):
         self.tune_button.on_click(lambda _: self.tune())
         self.choice.observe(lambda ch: self.choose(ch['new']), names='value')
         self.slurm_button.on_click(lambda _: self._show_slurm_form())
+        self.calibrate_button.on_click(lambda _: self._show_calibrate())
         traitlets.dlink((self, 'spec'), (self.explorer, 'spec'), lambda s: s or self.explorer.spec)   # the explorer draws the choice
         self.observe(lambda ch: self._spec_chosen(ch), names='spec')   # defined below
 
@@ -85,14 +93,33 @@ def _nothing_fits(rejected, # the tuner's rejected configurations (a `reason` co
             f"and Tune again.</div>")
 
 # %% ../nbs/12_playground.ipynb #7aacf511
-def _sample_flops(model:str) -> float|None:
-    "Model FLOPs of one sample, forward and backward (3x the forward: 24·S·h² + 4·S²·h per block, 2·S·h·V for the head), for a BERT / GPT-2 preset; else None."
+def _block_weights(p) -> tuple:
+    "(hidden size, layers, vocabulary, weights one block multiplies per token) of a transformer preset: BERT / GPT-2's 12·h², Llama's GQA and SwiGLU."
     import transformers as T
-    p = PRESETS.get(model)
-    if p is None or p.family not in ('bert', 'gpt2'): return None
+    if p.family == 'llama':
+        c = T.AutoConfig.for_model(p.config.get('model_type', 'llama'), **{k: v for k, v in p.config.items() if k != 'model_type'})
+        h, kv = c.hidden_size, c.num_key_value_heads * (c.hidden_size // c.num_attention_heads)
+        return h, c.num_hidden_layers, c.vocab_size, 2 * h * h + 2 * h * kv + 3 * h * c.intermediate_size
     c = (T.BertConfig if p.family == 'bert' else T.GPT2Config)(**p.config)
-    S, h = p.seq_len, c.hidden_size
-    return 3.0 * (c.num_hidden_layers * (24 * S * h * h + 4 * S * S * h) + 2 * S * h * c.vocab_size)
+    return c.hidden_size, c.num_hidden_layers, c.vocab_size, 12 * c.hidden_size ** 2
+
+def _sample_flops(model:str) -> float|None:
+    "Model FLOPs of one sample, forward and backward (3x the forward: 2·S per block weight + 4·S²·h per block, 2·S·h·V for the head), for a transformer preset; else None."
+    p = PRESETS.get(model)
+    if p is None or p.family not in ('bert', 'gpt2', 'llama'): return None
+    h, L, V, w = _block_weights(p)
+    S = p.seq_len
+    return 3.0 * (L * (2 * S * w + 4 * S * S * h) + 2 * S * h * V)
+
+# %% ../nbs/12_playground.ipynb #pg38c
+from fastcore.basics import patch
+
+@patch
+def _base_profile(self:Playground) -> Profile:
+    "What the predictions use: the profile given, else the GPU choice's: a preset's estimate, or a measured profile (refused when of another model or stale)."
+    if self.profile is not None: return self.profile
+    hw = self.hardware.value
+    return estimate_profile(self.model.value, HARDWARE[hw], 1) if hw in HARDWARE else Profile.named(hw).check_use(self.model.value)
 
 # %% ../nbs/12_playground.ipynb #cf291c43
 from fastcore.basics import patch
@@ -104,22 +131,23 @@ def tune(self:Playground):
     "Run the autotuner on the inputs; show the ranking (or why nothing fits) and choose the first."
     self.message.value = ''
     try:
-        prof = self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)
+        prof = self._base_profile()
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
         self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, model=self.model.value,
-                               hardware=HARDWARE[self.hardware.value], micro_batch_sizes=self.micro_batch_sizes,
+                               hardware=HARDWARE.get(self.hardware.value), micro_batch_sizes=self.micro_batch_sizes,
                                exact=_CHOICES)   # every row the dropdown offers is the search's own, none skipped by its bound
     except (ValueError, TypeError) as e:
         self.tuning = None; self._clear()
         self.message.value = f"<div style='color:#b00020'><b>Cannot tune:</b> {html.escape(str(e))}</div>"; return
     r, flops = self.tuning.ranking, _sample_flops(self.model.value)
-    if flops and len(r): r = self.tuning.ranking = r.assign(mfu=r.throughput * flops / (r.W * r.D * HARDWARE[self.hardware.value].peak_flops))
+    if flops and len(r) and self.hardware.value in HARDWARE: r = self.tuning.ranking = r.assign(mfu=r.throughput * flops / (r.W * r.D * HARDWARE[self.hardware.value].peak_flops))
     if not len(r):
         self._clear()
         self.message.value = _nothing_fits(self.tuning.rejected, f"{self.model.value} on {self.gpus.value} GPUs"); return
     self.explorer.use_costs(lambda sp: predicted_costs(prof.at(sp.B), sp.make(), sp.W), prof.comm_overlaps)   # in seconds, as ranked
     self.table.value = _ranking_html(r)
-    self.message.value = f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s"
+    self.message.value = (f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s; "
+                          f"predicted with {html.escape(self.tuning.basis)}")
     self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}", i)
                            for i, x in r.head(_CHOICES).iterrows()]
     self.choice.value = None; self.choice.value = 0
@@ -162,7 +190,7 @@ def _spec_chosen(self:Playground, change):
     if s is None:
         self.details.value, self.form = '', None
         self.slurm_out.clear_output(); replace_figure(self.breakdown, go.Figure()); return
-    prof = (self.profile or estimate_profile(self.model.value, HARDWARE[self.hardware.value], 1)).at(s.B)
+    prof = self._base_profile().at(s.B)
     mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
     self.details.value = ("<b>Memory per GPU (GiB)</b><div style='overflow-x:auto;max-width:100%'>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
                           .set_index('rank').div(2**30).round(3).to_html()) + "</div>")
@@ -186,6 +214,19 @@ def on_choose(self:Playground, fn):
     self._callbacks.append(fn)
     return fn
 
+# %% ../nbs/12_playground.ipynb #8411e5e0
+from fastcore.basics import patch
+
+@patch
+def _slurm_preset(self:Playground) -> str:
+    "The cluster preset of the GPU choice: its HiPerGator partition, or for a measured profile the partition it was measured on."
+    from chimera_nb.slurm import CLUSTER_PRESETS
+    hw = self.hardware.value
+    if hw in HARDWARE: return _SLURM_PRESETS.get(hw, 'generic')
+    part = Profile.named(hw).machine.get('partition')
+    return next((k for k, v in CLUSTER_PRESETS.items() if part and v.get('partition') == part), 'generic')
+
+
 # %% ../nbs/12_playground.ipynb #99b12a79
 _SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx-pro-6000': 'hpg-rtx6000', 'l4': 'hpg-turin'}   # HiPerGator's partition of each GPU
 
@@ -194,7 +235,7 @@ def slurm_form(self:Playground, **train_kw):
     "The SLURM launcher's job form for the chosen spec (`train_kw`: training fields, e.g. steps); it follows later choices."
     from chimera_nb.slurm import JobForm
     self.form = JobForm(self.to_train_config(**train_kw))
-    self.form.w['preset'].value = _SLURM_PRESETS.get(self.hardware.value, 'generic')
+    self.form.w['preset'].value = self._slurm_preset()
     return self.form
 
 @patch
@@ -204,6 +245,40 @@ def _show_slurm_form(self:Playground):
         from IPython.display import display
         try: display(self.slurm_form())
         except (ValueError, TypeError) as e: print(f"cannot make a job: {e}")
+
+# %% ../nbs/12_playground.ipynb #735c9392
+@patch
+def calibration_job(self:Playground, nodes:int=1, # nodes: 2 or more also time the links across them
+                    **changes, # `calibrate.calibration_job`'s: sizes, profiles, name, and SlurmJob fields
+                   ) -> 'SlurmJob':
+    "The calibration job for the chosen model on the SLURM form's partition and account (else the GPU choice's preset)."
+    from chimera_nb.calibrate import calibration_job
+    keep = ('partition', 'account', 'qos', 'python', 'modules', 'setup', 'env', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem')
+    which, j = (self.form.w['preset'].value, self.form.job_description()) if self.form is not None else (self._slurm_preset(), None)
+    given = {k: getattr(j, k) for k in keep if j is not None and getattr(j, k)}
+    dtype = self.spec.dtype if self.spec is not None else 'float32'
+    return calibration_job(which, self.model.value, nodes, dtype, **{**given, **changes})
+
+# %% ../nbs/12_playground.ipynb #8233e836
+@patch
+def _show_calibrate(self:Playground):
+    "The calibration's form under the choice: nodes, the profiles folder, Submit."
+    from IPython.display import display
+    from chimera_nb.hardware import profiles_folder
+    self.slurm_out.clear_output()
+    nodes = W.BoundedIntText(value=1, min=1, max=64, description='nodes', layout=W.Layout(width='150px'))
+    folder = W.Text(value=str(profiles_folder()), description='profiles folder', style=dict(description_width='initial'))
+    go_, out = W.Button(description='Submit calibration', button_style='warning'), W.Output()
+    def submit_(_):
+        from chimera_nb.slurm import SlurmError, submit
+        with out:
+            out.clear_output()
+            try: j = submit(job := self.calibration_job(nodes.value, profiles=folder.value)); print(f"submitted calibration job {j.job_id}: "
+                 f"profile {job.program[4]} into {job.program[2]} (Tune again once it is written); run folder {j.run_dir}")
+            except (ValueError, TypeError, SlurmError) as e: print(f"cannot calibrate: {e}")
+    go_.on_click(submit_)
+    with self.slurm_out: display(W.VBox([W.HTML(f"<b>Calibrate</b> {html.escape(self.model.value)} on the partition: layers, links and all-reduces, "
+                                                 f"measured where the runs will run"), W.HBox([nodes, folder, go_]), out]))
 
 # %% ../nbs/12_playground.ipynb #b3001bda
 def app(model:str='bert-48', # a model preset (`catalog.PRESETS`): bert-*, gpt2-*

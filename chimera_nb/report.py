@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/report.html.md"""
 
 # %% auto #0
 __all__ = ['ResourceProbe', 'MetricsLog', 'report_step', 'profile_stages', 'provenance', 'StepClock', 'RunBasis', 'log_start',
-           'summary_path', 'summarize', 'RunLog', 'read_run']
+           'summary_path', 'summarize', 'RunLog', 'read_run', 'prediction_history']
 
 # %% ../nbs/07_report.ipynb #894eb342
 import collections, contextlib, json, math, os, re, stat, statistics, sys, typing, warnings
@@ -22,6 +22,8 @@ from .payload import to_device
 from .tasks import split_batch
 from .profile import profile_layers, split_times
 from .simulate import simulate, Costs, sig3
+from .hardware import HARDWARE, profiles_folder
+from .files import read_bounded
 
 # %% ../nbs/07_report.ipynb #0cbc4bf5
 class ResourceProbe:
@@ -241,6 +243,47 @@ def refusal(self:MetricsLog, cfg:TrainConfig) -> str|None:
         return f"{self.path} holds the metrics of another run ({', '.join(diff[:6])} differ): give a new --metrics path"
     return None
 
+# %% ../nbs/07_report.ipynb #0732ecdb
+def _planned(cfg:TrainConfig, measured:float|None) -> dict:
+    "The step the spec's hardware predicts (`perf_model.predict_spec`: what the tuner ranked with) and its error against `measured`; {} without one."
+    hw = cfg.spec.hardware
+    if hw is None or cfg.spec.model is None: return {}
+    from chimera_nb.perf_model import predict_spec
+    try: t = predict_spec(cfg.spec).iteration_s
+    except (ValueError, TypeError) as e: return dict(hardware=hw, hardware_refused=str(e))
+    return dict(hardware=hw, hardware_step_s=t, hardware_error=t / measured - 1 if measured else None)
+
+# %% ../nbs/07_report.ipynb #1ef2193a
+def _append_locked(path:Path, rec:dict) -> Path:
+    "Append `rec` as one JSON line to regular file `path` (made if missing, never through a link) under an exclusive lock."
+    import fcntl
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(fd := os.open(path, _APPEND, 0o644), 'a') as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode): raise OSError(f"{path} is not a regular file: move it away")
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try: f.write(json.dumps(rec) + '\n'); f.flush()
+        finally: fcntl.flock(fd, fcntl.LOCK_UN)
+    return path
+
+# %% ../nbs/07_report.ipynb #be3d8362
+def _history_path(hardware:str) -> Path|None:
+    "history.jsonl beside the measured profile `hardware` names (None for a preset)."
+    if hardware is None or hardware in HARDWARE: return None
+    return (Path(os.path.expanduser(hardware)).absolute().parent if hardware.endswith('.json') else profiles_folder()) / 'history.jsonl'
+
+def _record(cfg:TrainConfig, out:dict, metrics) -> str|None:
+    "Append the run's predicted and measured step to its measured profile's history; the file's path (None: no measured profile)."
+    path = _history_path(cfg.spec.hardware)
+    if path is None or 'hardware_step_s' not in out: return None
+    from chimera_nb.profile import Profile
+    p, s = Profile.named(cfg.spec.hardware), cfg.spec
+    rec = dict(date=out.get('date'), run=str(Path(metrics).absolute()), spec_key=out['spec_key'], label=s.label, model=s.model,
+               W=s.W, D=s.D, B=s.B, N=s.N, profile=p.name, profile_date=p.date, predicted_step_s=out['hardware_step_s'],
+               measured_step_s=out.get('measured_step_s') or out['hardware_step_s'] / (1 + out['hardware_error']), error=out['hardware_error'],
+               stage_predicted_step_s=out.get('predicted_step_s'), stage_error=out.get('prediction_error'), host=out.get('host'))
+    try: return str(_append_locked(path, rec))
+    except OSError as e: warnings.warn(f"the prediction history {path} was not written: {e}"); return None
+
 # %% ../nbs/07_report.ipynb #eac35d85
 def _timeline_page(cfg, rt, path:Path, profile, clock:StepClock|None, out:dict) -> str:
     "The page beside the metrics: the step nearest the measured median over the predicted step, titled with the summary's numbers."
@@ -268,7 +311,9 @@ def summarize(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|N
                mfu=basis.mfu(out['mean_step_s'], cfg.world_size))
     if log.path is not None and rt.timeline is not None:
         if profile is not None: out.update(_predicted(cfg, rt.schedule, rt.program.sync, profile, clock or StepClock([rt.timeline.makespan])))
+        out.update(_planned(cfg, out.get('measured_step_s') or (clock.measured if clock and clock.spans else rt.timeline.makespan)))
         out['timeline_html'] = _timeline_page(cfg, rt, log.path, profile, clock, out)
+        out['history'] = _record(cfg, out, log.path)   # the measured profile's history: where this run's error went (None: none)
         atomic_write(summary_path(log.path), lambda f: f.write(json.dumps(out, indent=1).encode()))
     log.write(**out)  # last, so the metrics file's summary has the prediction too
     return out
@@ -305,3 +350,23 @@ def read_run(metrics) -> RunLog:
     cfg = TrainConfig.from_dict(summary['config']) if 'config' in summary else None
     pred = next((r.get('predicted_step_s') for r in reversed(recs) if r.get('event') == 'start'), None)
     return RunLog(steps, pd.DataFrame([r for r in recs if r.get('event') == 'eval']), summary, cfg, summary.get('predicted_step_s', pred))
+
+# %% ../nbs/07_report.ipynb #149646ef
+_HISTORY_BYTES = 64 << 20   # about 100,000 runs
+
+def prediction_history(profiles=None, # the profiles folder (default: `hardware.profiles_folder()`), or a history.jsonl
+                       by_profile:bool=False, # one row per profile instead of one per run
+                      ) -> 'pd.DataFrame':
+    "Every run predicted from a measured profile: its predicted and measured step and the error (or per profile, the errors' summary)."
+    import pandas as pd
+    p = Path(os.path.expanduser(str(profiles))) if str(profiles or '').endswith('.jsonl') else profiles_folder(profiles) / 'history.jsonl'
+    recs = []
+    for line in (read_bounded(p, 'prediction history', _HISTORY_BYTES).splitlines() if p.is_file() else []):
+        with contextlib.suppress(ValueError):   # a line cut off by a crash is skipped
+            if isinstance(r := json.loads(line), dict) and isinstance(r.get('error'), (int, float)): recs.append(r)
+    df = pd.DataFrame(recs, columns=list(dict.fromkeys(['date', 'profile', 'label', 'model', 'W', 'D', 'B', 'N', 'predicted_step_s', 'measured_step_s',
+                                                        'error', 'stage_error', 'profile_date', 'run', *(k for r in recs for k in r)])))
+    if not by_profile: return df
+    g = df.assign(abs_error=df.error.abs(), abs_stage=df.stage_error.abs()).groupby('profile', sort=True)
+    return pd.DataFrame(dict(runs=g.size(), mean_error=g.error.mean(), mean_abs_error=g.abs_error.mean(), worst_abs_error=g.abs_error.max(),
+                             mean_abs_stage_error=g.abs_stage.mean(), last_run=g.date.max())).reset_index()

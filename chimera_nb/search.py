@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/search.html.md"""
 __all__ = ['PLACEMENTS', 'costs_for', 'fixed_variants', 'fixed_table', 'SearchResult', 'search_schedule']
 
 # %% ../nbs/01a_search.ipynb #683c0943
-import dataclasses, functools, heapq, math, os, random, time, warnings
+import dataclasses, functools, heapq, math, numbers, os, random, time, warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 from .schedules import SCHEDULES, make_schedule, chimera_placement, CHIMERA_CONCAT
@@ -17,6 +17,7 @@ from .simulate import Costs, simulate
 from .checks import SpecError, check_number, check_memory
 from .search_bounds import heads_tails, structural_bound
 from fastcore.basics import patch
+from .search_seeds import zb_seeds, fit_memory, list_orders
 
 # %% ../nbs/01a_search.ipynb #f12be9c7
 PLACEMENTS = ('single', 'v', 'bidirectional', 'interleaved')
@@ -59,6 +60,11 @@ class _Problem:
     transfer: float  # one message's time between two ranks
     size: float      # one activation, in Ma
     memory: float    # peak live activations per rank, in Ma
+    keep: tuple = () # per stage, the part of an activation W still holds after B (split backward; () = all: W frees it)
+    objective: str = 'makespan'   # what the search minimises: 'makespan', or 'span' (the longest rank's first start to last end)
+
+    def __post_init__(self):
+        if not self.keep: object.__setattr__(self, 'keep', (1.0,) * self.shape.num_stages)
 
     @functools.cached_property
     def actions(self) -> list:
@@ -83,9 +89,19 @@ class _Problem:
         "How many activations fit on a rank at once."
         return int(self.memory / self.size + 1e-9) if math.isfinite(self.memory) else 1 << 30
 
+# %% ../nbs/01a_search.ipynb #3ecaa0b5
+def _keeps(w_keeps, stages:int) -> tuple:
+    "Per stage, the part W keeps: a scalar for all, or a list (one per D ranks' stages or per stage), each in [0, 1]."
+    v = (float(w_keeps),) if isinstance(w_keeps, numbers.Real) else tuple(float(x) for x in w_keeps)
+    if not v or stages % len(v) or any(not 0 <= x <= 1 for x in v):
+        raise SpecError(f"w_keeps must be a fraction in [0, 1], or one per rank or stage ({stages} stages), got {repr(w_keeps)[:60]}")
+    return tuple(x for x in v for _ in range(stages // len(v)))
+
 # %% ../nbs/01a_search.ipynb #3850509f
 def _make_problem(placement:str, D:int, N:int, costs:Costs, memory:float=math.inf,
                  split:bool|None=None, # split the backward (default: when W costs anything)
+                 w_keeps:float|Sequence=1.0, # what W still holds after B: a fraction, or one per D (or per stage)
+                 objective:str='makespan', # 'makespan' or 'span'
                 ) -> _Problem:
     "The `_Problem` of ordering N micro-batches on placement `placement` of D ranks under `costs` and `memory`."
     place = _placement_map(placement, D)
@@ -95,7 +111,8 @@ def _make_problem(placement:str, D:int, N:int, costs:Costs, memory:float=math.in
     if split is None: split = any(x > 0 for x in (c.weight if isinstance(c.weight, tuple) else (c.weight,)))
     shape = Schedule('search', D, stages, pipes, N, place, [[] for _ in range(D)], split_backward=split,
                      options=dict(placement=placement))
-    return _Problem(placement, shape, c.action_costs(shape), c.transfer(shape), shape.stage_fraction, float(memory))
+    return _Problem(placement, shape, c.action_costs(shape), c.transfer(shape), shape.stage_fraction, float(memory),
+                    _keeps(w_keeps, stages), objective)
 
 # %% ../nbs/01a_search.ipynb #ed7187d2
 def _walk(orders:list, # per rank, its actions in order
@@ -129,13 +146,19 @@ def _walk(orders:list, # per rank, its actions in order
 
 # %% ../nbs/01a_search.ipynb #f1f214d4
 def _peaks(orders:list, p:_Problem) -> list:
-    "Per-rank peak live activations (Ma) of `orders`: F adds one at its start, B (W when split) frees it at its end."
-    frees, out = ('W' if p.shape.split_backward else 'B'), []
+    "Per-rank peak live activations (Ma) of `orders`: F adds one at its start; B frees it at its end, or when split only the part W does not keep (W the rest)."
+    split, S = p.shape.split_backward, p.shape.num_stages
+    at_b = [1.0 - k for k in p.keep] if split else [1.0] * S
+    out = []
     for o in orders:
-        live = top = 0
+        live = top = 0.0
         for a in o:
-            if a[0] == 'F': live += 1; top = max(top, live)
-            elif a[0] == frees: live -= 1
+            k = a[0]
+            if k == 'F':
+                live += 1.0
+                if live > top: top = live
+            elif k == 'B': live -= at_b[a[1]]
+            else: live -= p.keep[a[1]]
         out.append(round(top * p.size, 9))
     return out
 
@@ -156,8 +179,9 @@ def fixed_variants(D:int, N:int) -> list:
 # %% ../nbs/01a_search.ipynb #1a0f9a6b
 def fixed_table(D:int, N:int, costs:Costs,
                 deadline:float|None=None, # a time.perf_counter() time: 1F1B first, then each other one while the slowest so far would end before it
+                w_keeps:float|Sequence=1.0, # what W still holds after B (`Timeline.peak_memory`): the peaks' rule
                ) -> list:
-    "[dict(schedule, placement, weights, makespan, peak, s)] of every fixed variant (made in time), simulated under `costs`, in `fixed_variants`' order."
+    "[dict(schedule, placement, weights, makespan, span, peak, s)] of every fixed variant (made in time), simulated under `costs`, in `fixed_variants`' order."
     specs, rows, took = _variant_specs(D), {}, 0.0
     for i in sorted(range(len(specs)), key=lambda i: specs[i][1] != '1f1b'):   # 1F1B: the cheapest, and it fits 1F1B's memory
         if deadline is not None and rows and time.perf_counter() + took > deadline: break
@@ -165,155 +189,9 @@ def fixed_table(D:int, N:int, costs:Costs,
         if (s := _made(specs[i][1], D, N, specs[i][2])) is not None:
             tl = simulate(s, costs_for(costs, s.num_stages))
             rows[i] = dict(schedule=specs[i][0], placement=_placement_of(s), weights=max(tl.weight_copies), makespan=tl.makespan,
-                           peak=max(tl.peak_activations), s=s)
+                           span=tl.longest_span, peak=max(tl.peak_memory(w_keeps=_keeps(w_keeps, s.num_stages))), s=s)
         took = max(took, time.perf_counter() - t)
     return [rows[i] for i in sorted(rows)]
-
-# %% ../nbs/01a_search.ipynb #c339e3ec
-class _Policy(NamedTuple):
-    "One rule of the list scheduler."
-    w_slack: int = 1      # run W before F when a rank's held activations are within this many of its limit
-    fifo: bool = False    # ties: oldest micro-batch first (else longest tail first)
-    cap: int = 1 << 30    # at most this many micro-batches in flight (entered, not yet freed everywhere)
-    eager_w: bool = False # run W right after its B (no deferral)
-    gate: str = 'entry'   # memory held when a micro-batch enters the pipe ('entry'), reaches a rank ('rank'), or per pipe ('pipe')
-    noise: int = 0        # > 0: seed of random jitter on the priorities (iterated list scheduling)
-
-# %% ../nbs/01a_search.ipynb #dbf6cc52
-def _successors(a:Action, e:float, p:_Problem, end:dict, link:dict) -> list:
-    "[(action, when its inputs are there)] that `a`, ending at `e`, makes ready (a message waits for its link: `link`)."
-    k, st, m, pp = a
-    place, S = p.shape.placement, p.shape.num_stages
-    def at(st2):
-        src, dst = place[(pp, st)], place[(pp, st2)]
-        if src == dst: return e
-        t = link[src, dst] = max(e, link.get((src, dst), 0.0)) + p.transfer
-        return t
-    if k == 'F': return [(Action('F', st + 1, m, pp), at(st + 1))] if st + 1 < S else [(Action('B', st, m, pp), e)]
-    if k == 'W': return []
-    out = [(Action('W', st, m, pp), e)] if p.shape.split_backward else []
-    if st > 0: out.append((Action('B', st - 1, m, pp), max(at(st - 1), end['F', st - 1, m, pp])))
-    return out
-
-# %% ../nbs/01a_search.ipynb #b6a1958d
-def _pick(heap:list, t:float, room, tight:bool, split:bool):
-    "Pop the best (ready, priority, action) startable at `t`: entering forwards only if `room(action)`; W before F when `tight`."
-    ok, skipped = [], []
-    while heap and heap[0][0] <= t:
-        item = heapq.heappop(heap); a = item[2]
-        (ok if a[0] != 'F' or room(a) else skipped).append(item)
-    chosen = None
-    if ok:
-        ok.sort(key=lambda x: x[1])
-        i = 0
-        if tight and split and ok[0][2][0] == 'F': i = next((j for j, x in enumerate(ok) if x[2][0] == 'W'), 0)
-        chosen = ok.pop(i)
-    for item in ok + skipped: heapq.heappush(heap, item)
-    return chosen
-
-# %% ../nbs/01a_search.ipynb #933a8697
-def _budgets(p:_Problem) -> list:
-    "[pipe][rank] activations each pipe may hold on each rank: the rank's room shared as 1F1B would need it (D - stage)."
-    s, k = p.shape, p.slots
-    need = [[0] * s.num_ranks for _ in range(s.num_pipes)]
-    for (pp, st), r in s.placement.items(): need[pp][r] += s.num_stages - st
-    out = [[0] * s.num_ranks for _ in range(s.num_pipes)]
-    for r in range(s.num_ranks):
-        tot = sum(need[pp][r] for pp in range(s.num_pipes))
-        for pp in range(s.num_pipes): out[pp][r] = max(1, int(k * need[pp][r] / tot)) if need[pp][r] else 0
-    return out
-
-# %% ../nbs/01a_search.ipynb #f9e0bb10
-class _Lister:
-    "State of one list-scheduling run: what each rank holds, what is in flight, what is ready."
-    def __init__(self, p:_Problem, pol:_Policy):
-        s = self.s = p.shape
-        self.p, self.pol, self.k, D = p, pol, p.slots, s.num_ranks
-        self.head, self.tail = heads_tails(p)
-        self.rng = random.Random(pol.noise)
-        self.hold = [{} for _ in range(s.num_pipes)]   # pipe -> {rank: activations one micro-batch holds there}
-        for (pp, st), r in s.placement.items(): self.hold[pp][r] = self.hold[pp].get(r, 0) + 1
-        self.entry = [s.placement[(pp, 0)] for pp in range(s.num_pipes)]
-        self.held, self.inflight, self.left, self.pending = [0] * D, 0, {}, []
-        self.ready, self.events, self.free_at = [[] for _ in range(D)], [(0.0, r) for r in range(D)], [0.0] * D
-        self.orders, self.end, self.got = [[] for _ in range(D)], {}, set()  # got: (micro-batch, pipe, rank) holding memory
-        self.used, self.budget = [[0] * D for _ in s.placement], _budgets(p)  # gate 'pipe': each pipe's share of each rank
-        self.link = {}  # (src, dst) -> when the link is free: messages leave in order, as in the simulator
-
-    def prio(self, a:Action) -> tuple:
-        k, st, m, pp = a
-        cls = -1 if self.pol.eager_w and k == 'W' else {'B': 0, 'F': 1, 'W': 2}[k]
-        gm, q = m * self.s.num_pipes + pp, -self.tail[k, st, pp]
-        if self.pol.noise: gm, q = gm + self.rng.uniform(0, 2), q - self.rng.uniform(0, 2 * self.p.dur['F'][st])
-        return (cls, gm, q) if self.pol.fifo else (cls, q, gm)
-
-    def push(self, a:Action, t:float):
-        r = self.s.placement[(a[3], a[1])]
-        heapq.heappush(self.ready[r], (t, self.prio(a), a)); heapq.heappush(self.events, (max(t, self.free_at[r]), r))
-
-# %% ../nbs/01a_search.ipynb #ada6b80e
-@patch
-def room(self:_Lister, a:Action) -> bool:
-    "Whether forward `a` may start: memory for it is held already, or there is room to hold it."
-    k, st, m, pp = a
-    if st == 0 and self.inflight >= self.pol.cap: return False
-    if self.pol.gate == 'entry': return st > 0 or all(self.held[r] + n <= self.k for r, n in self.hold[pp].items())
-    r = self.s.placement[(pp, st)]
-    if (m, pp, r) in self.got: return True
-    if self.pol.gate == 'pipe': return self.used[pp][r] + self.hold[pp][r] <= self.budget[pp][r]
-    return self.held[r] + self.hold[pp][r] <= self.k
-
-@patch
-def release(self:_Lister, t:float):
-    "Give back the memory of every free that ended by `t`."
-    while self.pending and self.pending[0][0] <= t:
-        _, r, m, pp = heapq.heappop(self.pending); self.held[r] -= 1; self.used[pp][r] -= 1; self.left[m, pp] -= 1
-        if self.left[m, pp] == 0: self.inflight -= 1
-
-# %% ../nbs/01a_search.ipynb #bc8eb2c7
-@patch
-def start(self:_Lister, r:int, a:Action, t:float):
-    "Start `a` on rank `r` at `t`: time it, hold memory, make its successors ready."
-    p, s = self.p, self.s
-    k, st, m, pp = a
-    e = self.end[a] = t + p.dur[k][st]; self.free_at[r] = e; self.orders[r].append(a)
-    if k == 'F' and st == 0:
-        self.inflight += 1; self.left[m, pp] = s.num_stages
-        if m + 1 < s.microbatches_per_pipe: self.push(Action('F', 0, m + 1, pp), e)
-    if k == 'F':
-        for rr in (self.hold[pp] if self.pol.gate == 'entry' and st == 0 else () if self.pol.gate == 'entry' else (r,)):
-            if (m, pp, rr) not in self.got:
-                self.got.add((m, pp, rr)); self.held[rr] += self.hold[pp][rr]; self.used[pp][rr] += self.hold[pp][rr]
-    if k == ('W' if s.split_backward else 'B'):
-        heapq.heappush(self.pending, (e, r, m, pp))
-        for rr in self.entry: heapq.heappush(self.events, (e, rr))
-    for b, tb in _successors(a, e, p, self.end, self.link): self.push(b, tb)
-    heapq.heappush(self.events, (e, r))
-
-# %% ../nbs/01a_search.ipynb #57c4480c
-@patch
-def run(self:_Lister) -> list|None:
-    "Run the pipeline in time; return the per-rank orders, or None when the rule stalls."
-    s, total, done = self.s, len(self.p.actions), 0
-    for pp in range(s.num_pipes): self.push(Action('F', 0, 0, pp), 0.0)
-    while done < total:
-        if not self.events: return None
-        t, r = heapq.heappop(self.events)
-        if t < self.free_at[r]: continue
-        self.release(t)
-        tight = self.held[r] + self.pol.w_slack >= self.k
-        item = _pick(self.ready[r], t, self.room, tight, s.split_backward)
-        if item is None:
-            later = [x[0] for x in self.ready[r] if x[0] > t]
-            if later: heapq.heappush(self.events, (min(later), r))
-            continue
-        self.start(r, item[2], t); done += 1
-    return self.orders
-
-# %% ../nbs/01a_search.ipynb #022775af
-def _list_order(p:_Problem, pol:_Policy=_Policy()) -> list|None:
-    "Per-rank orders built by memory-aware list scheduling under rule `pol`; None when the rule stalls."
-    return _Lister(p, pol).run()
 
 # %% ../nbs/01a_search.ipynb #b079343c
 def _scale(values:list, limit:int=1000) -> int:
@@ -436,14 +314,19 @@ def _critical_chain(orders:list, p:_Problem, times:dict) -> list:
     return chain
 
 # %% ../nbs/01a_search.ipynb #456b79ee
+def _value(times:dict, makespan:float, orders:list, p:_Problem) -> float:
+    "What the search minimises for `p`: the makespan, or the longest rank's span (first start to last end)."
+    if p.objective == 'makespan': return makespan
+    return max(times[o[-1]] + p.dur[o[-1][0]][o[-1][1]] - times[o[0]] for o in orders if o)
+
 def _score(orders:list, p:_Problem) -> tuple|None:
-    "(makespan, sum of rank finish times, times) of `orders`, or None if it deadlocks or breaks the memory limit."
+    "(objective value, sum of rank finish times, times) of `orders`, or None if it deadlocks or breaks the memory limit."
     if max(_peaks(orders, p)) > p.memory + 1e-9: return None
     w = _walk(orders, p)
     if w is None: return None
     times, span = w
     last = [times[o[-1]] + p.dur[o[-1][0]][o[-1][1]] for o in orders if o]
-    return (round(span, 9), round(sum(last), 9), times)
+    return (round(_value(times, span, orders, p), 9), round(sum(last), 9), times)
 
 # %% ../nbs/01a_search.ipynb #bb0df36e
 def _moves(orders:list, p:_Problem, times:dict, rng:random.Random, t_end:float=math.inf) -> list:
@@ -498,10 +381,6 @@ def _improve(orders:list, p:_Problem, seconds:float, seed:int=0, kicks:int=3,
     return best_o
 
 # %% ../nbs/01a_search.ipynb #7d92bcdb
-_FIRST = [_Policy(2, True), _Policy(0, True, gate='rank'), _Policy(0, False), _Policy(1, True), _Policy(0, True, gate='pipe')]
-_RULES = _FIRST + [p for p in (_Policy(ws, fifo, gate=g) for g in ('entry', 'rank', 'pipe') for fifo in (True, False) for ws in (1, 2, 0))
-                  if p not in _FIRST] + [_Policy(1, True, eager_w=True), _Policy(1, False, eager_w=True)]  # the rules that win most often first
-
 def _as_problem_orders(s:Schedule, p:_Problem) -> list|None:
     "The orders of fixed schedule `s` in problem `p`'s terms (B+W split or joined to match), or None if it is not of `p`."
     if s.placement != p.shape.placement or s.microbatch_scale != 1 or s.recompute or s.microbatches != p.shape.microbatches: return None
@@ -509,32 +388,13 @@ def _as_problem_orders(s:Schedule, p:_Problem) -> list|None:
     if p.shape.split_backward: return [[x for a in o for x in ((a, a._replace(kind='W')) if a.kind == 'B' else (a,))] for o in s.orders]
     return [[a for a in o if a.kind != 'W'] for o in s.orders]
 
-# %% ../nbs/01a_search.ipynb #c120361b
-def _fit_memory(orders:list, p:_Problem) -> list|None:
-    "`orders` made to fit: before a forward that would overflow, pull a deferred W forward, or else move the forward after the next free."
-    frees, out = ('W' if p.shape.split_backward else 'B'), []
-    for o in orders:
-        o, live, i = list(o), 0, 0
-        while i < len(o):
-            a = o[i]
-            if a[0] == 'F' and (live + 1) * p.size > p.memory + 1e-9:
-                done_b = {x[1:] for x in o[:i] if x[0] == 'B'} if frees == 'W' else set()
-                j = next((j for j in range(i + 1, len(o)) if o[j][0] == 'W' and o[j][1:] in done_b), None)
-                if j is not None: o.insert(i, o.pop(j)); continue
-                j = next((j for j in range(i + 1, len(o)) if o[j][0] == frees), None)
-                if j is None or any(x[2:] == a[2:] for x in o[i + 1:j + 1]): return None
-                o.insert(j, o.pop(i)); continue
-            live += a[0] == 'F'; live -= a[0] == frees; i += 1
-        out.append(o)
-    return out
-
 # %% ../nbs/01a_search.ipynb #c276b179
 @dataclass
 class _Found:
     "The best orders of one placement so far."
     p: _Problem
     orders: list|None = None
-    span: float = math.inf
+    value: float = math.inf   # its objective value (`_value`): the makespan, or the longest rank's span
     how: str = ''
     bound: float = 0.0
     optimal: bool = False  # CP-SAT closed it (in its integer model)
@@ -544,58 +404,81 @@ class _Found:
         "Keep `orders` if they fit the memory and beat the best; return whether they did."
         if orders is None or max(_peaks(orders, self.p)) > self.p.memory + 1e-9: return False
         t = time.perf_counter(); w = _walk(orders, self.p); self.walk_s = time.perf_counter() - t
-        if w is None or w[1] >= self.span - 1e-9: return False
-        self.orders, self.span, self.how = orders, w[1], how
+        if w is None: return False
+        v = _value(w[0], w[1], orders, self.p)
+        if v >= self.value - 1e-9: return False
+        self.orders, self.value, self.how = orders, v, how
         return True
 
 # %% ../nbs/01a_search.ipynb #1bf82b47
+def _ladder(p:_Problem) -> list:
+    "Stricter problems whose answers fit `p`: less memory (1F1B's and ZB-2p's D, 2D Ma, below its limit), W freeing all: so more memory never gives a worse answer."
+    D = p.shape.num_ranks
+    out = [dataclasses.replace(p, memory=float(m)) for m in (D, 2 * D) if m < p.memory - 1e-9]
+    return out + ([dataclasses.replace(p, keep=(1.0,) * len(p.keep))] if min(p.keep) < 1 else [])
+
 def _heuristic(f:_Found, seeds:list, deadline:float,
                need:bool=True, # nothing fits yet (no fixed schedule, no other placement): a rule runs whatever the time
                est:float=0.0, # seconds one list-scheduling pass should take here (0: unknown until one ran)
                end:float|None=None, # the search's own deadline: a placement with no orders yet gets one pass if it ends by then
               ):
-    "Offer the fixed seeds [(label, schedule, fits)] (those that do not fit with W moved), then each list-scheduling rule, each while the slowest so far would end before `deadline` (the first by `end`)."
-    took = est / 2   # a seed is timed once: about half a pass
-    for label, s, fits in seeds:
-        if time.perf_counter() + took > deadline: break
-        t, o = time.perf_counter(), _as_problem_orders(s, f.p)
-        f.offer(o if fits or o is None else _fit_memory(o, f.p), f"fixed {label}" if fits else f"fixed {label}, W moved to fit")
-        took = max(took, time.perf_counter() - t)
-    took = max(took, est)
-    for pol in _RULES:
-        if time.perf_counter() + took > (deadline if f.orders is not None else end or deadline) and (f.orders is not None or not need): break
-        t = time.perf_counter(); f.offer(_list_order(f.p, pol), 'list scheduling'); took = max(took, time.perf_counter() - t)
+    "The first list-scheduling rule (always), the fixed seeds [(label, schedule, peak)] (repaired to fit unless over twice the limit), the Zero Bubble constructions (also at the ladder's memory), then the other rules, while time allows."
+    rules = list_orders(f.p)
+    t = time.perf_counter(); f.offer(next(rules), 'list scheduling'); took = max(est, time.perf_counter() - t)
+    done = lambda: f.value <= f.bound + 1e-9 * max(1.0, f.bound)   # at its lower bound: nothing can beat it
+    if done() or (not need and time.perf_counter() > deadline): return
+    for label, s, peak in seeds:
+        if done() or time.perf_counter() + took / 2 > deadline: break
+        if peak > 2 * f.p.memory or (o := _as_problem_orders(s, f.p)) is None: continue
+        f.offer(o if peak <= f.p.memory + 1e-9 else fit_memory(o, f.p, deadline), f"fixed {label}" + ("" if peak <= f.p.memory + 1e-9 else ", W moved to fit"))
+    for q in [f.p] + _ladder(f.p):
+        for label, o in zb_seeds(q):
+            if done() or time.perf_counter() + took / 2 > deadline: break
+            f.offer(o, label if q is f.p else f"{label} at {q.memory:g} Ma" + ("" if q.keep == f.p.keep else ", W freeing all"))
+    for q in _ladder(f.p):
+        if not done() and time.perf_counter() + took < deadline: f.offer(next(list_orders(q)), f'list scheduling at {q.memory:g} Ma')
+    while not done() and time.perf_counter() + took <= (deadline if f.orders is not None else end or deadline) or (f.orders is None and need):
+        t = time.perf_counter()
+        if (orders := next(rules, False)) is False: break   # every rule ran
+        f.offer(orders, 'list scheduling'); took = max(took, time.perf_counter() - t)
 
 # %% ../nbs/01a_search.ipynb #97d8f836
-def _problem_of(s:Schedule, costs:Costs, memory:float=math.inf) -> _Problem:
+def _problem_of(s:Schedule, costs:Costs, memory:float=math.inf, w_keeps:float|Sequence=1.0, objective:str='makespan') -> _Problem:
     "The `_Problem` whose space holds schedule `s` (its placement, micro-batch size, split and recompute) under `costs`."
     c = costs_for(costs, s.num_stages)
     shape = dataclasses.replace(s, orders=[[] for _ in range(s.num_ranks)], name='search')
     size = s.stage_fraction * s.microbatch_scale
     return _Problem(_placement_of(s) or 'other', shape, c.action_costs(s), c.transfer(s), size,
-                   math.inf if s.recompute else float(memory))
+                   math.inf if s.recompute else float(memory), _keeps(w_keeps, s.num_stages), objective)
 
 # %% ../nbs/01a_search.ipynb #f2f1cc4b
 @dataclass(frozen=True)
 class SearchResult:
-    "What `search_schedule` found: the schedule, its makespan, a proven lower bound, and every fixed schedule beside it."
+    "What `search_schedule` found: the schedule, its makespan and longest span, a proven lower bound of the objective, and every fixed schedule beside it."
     schedule: Schedule           # the answer: validates, lowers, saves and runs like any schedule
     makespan: float              # simulate(schedule, costs).makespan
-    lower_bound: float           # no schedule of the searched placements that fits the memory is shorter
-    optimal: bool                # makespan == lower_bound: proven optimal
+    lower_bound: float           # no schedule of the searched placements that fits the memory has a smaller objective
+    optimal: bool                # objective == lower_bound: proven optimal
     peak: float                  # its peak live activations per rank (Ma)
     placement: str               # its placement
     method: str                  # how it was found: 'cp-sat', 'list scheduling', 'local search' or 'fixed NAME'
     seconds: float               # wall time of the search
     best_fixed: str              # the best fixed schedule of the searched placements that fits ('' if none)
-    best_fixed_makespan: float   # its makespan (inf if none)
+    best_fixed_makespan: float   # its objective value: makespan, or longest span (inf if none)
     compared: object = None      # DataFrame: every fixed schedule that fits, and the search's result
-    placements: object = None    # DataFrame: per searched placement, weight copies, best makespan, lower bound
+    placements: object = None    # DataFrame: per searched placement, weight copies, best objective value, lower bound
+    span: float = math.nan       # simulate(schedule, costs).longest_span: the longest rank's first start to last end
+    objective: str = 'makespan'  # what was minimised: 'makespan' or 'span'
+
+    @property
+    def value(self) -> float:
+        "The objective's value: the makespan, or the longest span."
+        return self.makespan if self.objective == 'makespan' else self.span
 
     @property
     def gap(self) -> float:
-        "How far the makespan may be above the optimum: makespan / lower_bound - 1."
-        return max(0.0, self.makespan / self.lower_bound - 1) if self.lower_bound > 0 else math.inf
+        "How far the objective may be above the optimum: value / lower_bound - 1."
+        return max(0.0, self.value / self.lower_bound - 1) if self.lower_bound > 0 else math.inf
 
     def save(self, path) -> str:
         "Write the schedule as text (or CSV, for a `.csv` path) for a job to run; return what was written."
@@ -605,7 +488,8 @@ class SearchResult:
         return text
 
     def __repr__(self):
-        return (f"SearchResult({self.placement}, makespan={self.makespan:.4g}, lower_bound={self.lower_bound:.4g}, "
+        span = '' if self.objective == 'makespan' else f"span={self.span:.4g}, "
+        return (f"SearchResult({self.placement}, makespan={self.makespan:.4g}, {span}lower_bound={self.lower_bound:.4g}, "
                 f"gap={self.gap:.2%}, optimal={self.optimal}, peak={self.peak:.3g}, by {self.method}, {self.seconds:.1f}s; "
                 f"best fixed {self.best_fixed or '-'} {self.best_fixed_makespan:.4g})")
 
@@ -645,7 +529,7 @@ def _check_size(D:int, N:int, time_limit:float):
 # %% ../nbs/01a_search.ipynb #f33fe9e4
 _EXACT_ACTIONS = 800  # 'auto' solves exactly when every placement has at most this many actions (D=8, N=16 with V and W)
 
-def _check_args(D, N, costs, memory, placements, time_limit, method, workers=None) -> tuple:
+def _check_args(D, N, costs, memory, placements, time_limit, method, workers=None, objective='makespan') -> tuple:
     "(costs, memory, placements) checked: numbers of the right type (bool is none), costs a `Costs`, the time limit finite and > 0; else one line."
     check_number('D', D, int, 1); check_number('N', N, int, 1)
     if costs is not None and not isinstance(costs, Costs):
@@ -657,25 +541,32 @@ def _check_args(D, N, costs, memory, placements, time_limit, method, workers=Non
     check_number('time_limit', time_limit, float, 0, open_lo=True)   # finite: a search without an end is one that hangs
     if method not in ('auto', 'exact', 'heuristic'): raise SpecError(f"method must be 'auto', 'exact' or 'heuristic', got {repr(method)[:40]}")
     check_number('workers', workers, int, 1, 256, none=True)
+    if objective not in ('makespan', 'span'): raise SpecError(f"objective must be 'makespan' or 'span' (the longest rank's span, as the Zero Bubble paper's bubble rates), got {repr(objective)[:40]}")
     return _checked_costs(costs or Costs(), D, N), memory, tuple(placements)
 
 # %% ../nbs/01a_search.ipynb #fa2fc597
-def _placements(D:int, N:int, costs:Costs, memory:float, placements) -> dict:
+def _busy_bound(p:_Problem) -> float:
+    "The most work one rank has: no span is shorter."
+    work = [0.0] * p.shape.num_ranks
+    for a in p.actions: work[p.shape.placement[(a.pipe, a.stage)]] += p.dur[a.kind][a.stage]
+    return max(work)
+
+def _placements(D:int, N:int, costs:Costs, memory:float, placements, w_keeps=1.0, objective:str='makespan') -> dict:
     "{placement: _Found} for each placement where N micro-batches can run within the memory, with its structural bound."
     found = {}
     for pl in placements:
-        try: p = _make_problem(pl, D, N, costs, memory)
+        try: p = _make_problem(pl, D, N, costs, memory, w_keeps=w_keeps, objective=objective)
         except ValueError: continue  # N is not a multiple of its pipes
         per_rank = max(sum(1 for (pp, st), r in p.shape.placement.items() if r == rr and pp == 0) for rr in range(D))
         if p.slots < per_rank: continue  # not even one micro-batch fits
-        found[pl] = _Found(p, bound=structural_bound(p))
+        found[pl] = _Found(p, bound=structural_bound(p) if objective == 'makespan' else _busy_bound(p))
     return found
 
 # %% ../nbs/01a_search.ipynb #5a35c90e
 def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
     "CP-SAT on the placements that could still hold a schedule shorter than any found (or `cutoff`), lowest bound first."
     for _ in range(2 * len(found)):
-        best, left = min([x.span for x in found.values()] + [cutoff]), deadline - time.perf_counter()
+        best, left = min([x.value for x in found.values()] + [cutoff]), deadline - time.perf_counter()
         open_ = sorted((f for f in found.values() if f.orders is not None and not f.optimal and f.bound < best - 1e-9),
                        key=lambda f: f.bound)
         if not open_ or left <= 0.2: break
@@ -688,9 +579,9 @@ def _exact(found:dict, deadline:float, workers:int|None, cutoff:float=math.inf):
 # %% ../nbs/01a_search.ipynb #bc9bfe9c
 def _local(found:dict, deadline:float, seed:int, cutoff:float=math.inf):
     "Local search on each placement that could still beat the best found (or `cutoff`), best first, sharing the time left."
-    best = min([x.span for x in found.values()] + [cutoff])
-    todo = sorted((f for f in found.values() if f.orders is not None and f.span > f.bound + 1e-9 and f.bound < best - 1e-9),
-                  key=lambda f: f.span)
+    best = min([x.value for x in found.values()] + [cutoff])
+    todo = sorted((f for f in found.values() if f.orders is not None and f.value > f.bound + 1e-9 and f.bound < best - 1e-9),
+                  key=lambda f: f.value)
     for i, f in enumerate(todo):
         left = deadline - time.perf_counter()
         if left <= 0.05 + 2 * f.walk_s: continue   # not even a descent step fits: a larger placement may still have time
@@ -703,17 +594,16 @@ def _as_schedule(f:_Found) -> Schedule:
     return validate(dataclasses.replace(sh, orders=[list(o) for o in f.orders], options=dict(placement=f.p.placement)))
 
 # %% ../nbs/01a_search.ipynb #520cc84b
-def _tables(rows:list, found:dict, res:dict):
-    "(compared, placements) DataFrames of the fixed schedules that fit and of each searched placement."
+def _tables(rows:list, found:dict, res:dict, key:str='makespan'):
+    "(compared, placements) DataFrames of the fixed schedules that fit and of each searched placement, by objective `key`."
     import pandas as pd
     comp = [dict(schedule=r['schedule'], placement=r['placement'] or 'other', weights=r['weights'], makespan=r['makespan'],
-                 peak=r['peak'], searched_placement=r['placement'] in found) for r in rows]
-    comp.append(dict(schedule='search', placement=res['placement'], weights=res['weights'], makespan=res['makespan'],
-                     peak=res['peak'], searched_placement=True))
-    comp = pd.DataFrame(comp).sort_values(['makespan', 'weights'], kind='stable').reset_index(drop=True)
-    comp['vs_search'] = comp['makespan'] / res['makespan']
-    pls = pd.DataFrame([dict(placement=pl, weights=_WEIGHT_COPIES[pl], makespan=f.span, lower_bound=f.bound,
-                             gap=max(0.0, f.span / f.bound - 1) if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
+                 span=r['span'], peak=r['peak'], searched_placement=r['placement'] in found) for r in rows]
+    comp.append(dict(schedule='search', **res, searched_placement=True))
+    comp = pd.DataFrame(comp).sort_values([key, 'weights'], kind='stable').reset_index(drop=True)
+    comp['vs_search'] = comp[key] / res[key]
+    pls = pd.DataFrame([dict(placement=pl, weights=_WEIGHT_COPIES[pl], **{key: f.value}, lower_bound=f.bound,
+                             gap=max(0.0, f.value / f.bound - 1) if f.bound else math.inf, found_by=f.how) for pl, f in found.items()])
     return comp, pls
 
 # %% ../nbs/01a_search.ipynb #e1a0c008
@@ -725,15 +615,16 @@ def _phases(found:dict, rows:list, memory:float, method:str, workers:int|None, s
     fits = [r for r in rows if r['peak'] <= memory + 1e-9 and r['placement'] in found]
     bar, t1 = tqdm(total=len(found) + 2, desc='search', unit='phase', delay=1.0, leave=False, disable=not progress), time.perf_counter()
     for i, f in enumerate(found.values()):
-        seeds = [(r['schedule'], r['s'], r['peak'] <= memory + 1e-9) for r in rows if r['placement'] == f.p.placement]
+        seeds = [(r['schedule'], r['s'], r['peak']) for r in rows if r['placement'] == f.p.placement]
         need = not fits and all(g.orders is None for g in found.values())   # no answer yet: one rule runs whatever the time
         bar.set_postfix_str(f"heuristic, {f.p.placement}")
         _heuristic(f, seeds, t1 + 0.6 * (deadline - t1) * (i + 1) / len(found), need, per * len(f.p.actions), deadline); bar.update()
-    exact = method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= _EXACT_ACTIONS for f in found.values()))
+    span = any(f.p.objective == 'span' for f in found.values())   # CP-SAT's model minimises the makespan
+    exact = not span and (method == 'exact' or (method == 'auto' and all(len(f.p.actions) <= _EXACT_ACTIONS for f in found.values())))
     if exact and method == 'auto':
         try: _need_ortools()
         except ImportError as e: warnings.warn(f"{e}; searching heuristically"); exact = False
-    cutoff = min((r['makespan'] for r in fits), default=math.inf)  # incl. half micro-batches, recompute
+    cutoff = min((r['span' if span else 'makespan'] for r in fits), default=math.inf)  # incl. half micro-batches, recompute
     bar.set_postfix_str('exact (CP-SAT)' if exact else 'bounds')
     if exact: _need_ortools(); _exact(found, deadline, workers, cutoff)
     bar.update(); bar.set_postfix_str('local search'); _local(found, deadline, seed, cutoff); bar.update(); bar.close()
@@ -749,41 +640,46 @@ def search_schedule(D:int, # pipeline ranks
                     workers:int|None=None, # CP-SAT threads (default: the machine's cores, at most 8)
                     seed:int=0, # local search's random order of moves
                     progress:bool=True, # a tqdm bar of the phases when the search takes over a second
+                    w_keeps:float|Sequence=1.0, # what W still holds of a stage's activations after B (`Profile.w_keeps`; 1: W frees all)
+                    objective:str='makespan', # minimise the makespan, or 'span': the longest rank's first start to last end (no CP-SAT)
                    ) -> SearchResult:
-    "The shortest schedule found for these costs and this memory, with a proven lower bound, beside every fixed schedule."
+    "The shortest schedule found for these costs and this memory (by `objective`), with a proven lower bound, beside every fixed schedule."
     t0 = time.perf_counter()
-    costs, memory, placements = _check_args(D, N, costs, memory, placements, time_limit, method, workers)
+    costs, memory, placements = _check_args(D, N, costs, memory, placements, time_limit, method, workers, objective)
+    _keeps(w_keeps, D)   # checked before the clock runs
     _check_size(D, N, time_limit)
     if method == 'exact': _need_ortools()   # its import takes seconds the first time: before the clock is shared out
     with gc_paused(promote=True):   # allocation-heavy, and it makes no cycles: collections would only rescan it
-        t = time.perf_counter(); rows = fixed_table(D, N, costs, deadline=t0 + 0.3 * time_limit)
+        t = time.perf_counter(); rows = fixed_table(D, N, costs, deadline=t0 + 0.3 * time_limit, w_keeps=w_keeps)
         per = (time.perf_counter() - t) / max(1, len(rows)) / (2 * D * N)   # seconds per action to build and time a schedule
-        found = _placements(D, N, costs, memory, placements)
+        found = _placements(D, N, costs, memory, placements, w_keeps, objective)
         reserve = 1.5 * per * max((len(f.p.actions) for f in found.values()), default=2 * D * N) + 0.05   # validating and timing the answer
         _phases(found, rows, memory, method, workers, seed, t0 + time_limit - reserve, progress, per)
-        return _finish(D, N, costs, memory, rows, [r for r in rows if r['peak'] <= memory + 1e-9], found, t0)
+        return _finish(D, N, costs, memory, rows, [r for r in rows if r['peak'] <= memory + 1e-9], found, t0, w_keeps, objective)
 
 # %% ../nbs/01a_search.ipynb #376f1cf9
-def _finish(D, N, costs, memory, rows, fits, found, t0) -> SearchResult:
-    "Time the best answer with `simulate`, fall back to a faster fixed schedule, bound it, and tabulate."
+def _finish(D, N, costs, memory, rows, fits, found, t0, w_keeps=1.0, objective='makespan') -> SearchResult:
+    "Time the best answer with `simulate`, fall back to a better fixed schedule, bound it, and tabulate."
+    key = 'makespan' if objective == 'makespan' else 'span'
     mine = [r for r in fits if r['placement'] in found]
-    best_fixed = min(mine, key=lambda r: (r['makespan'], r['weights']), default=None)
+    best_fixed = min(mine, key=lambda r: (r[key], r['weights']), default=None)
     done = [f for f in found.values() if f.orders is not None]
     if not done and best_fixed is None:
         raise ValueError(f"no schedule of placements {tuple(found) or 'requested'} fits memory={memory:g} Ma per rank with "
                          f"N={N}: raise the memory (1F1B needs {D}) or use fewer micro-batches")
     cand = []
     if done:
-        f = min(done, key=lambda f: (f.span, _WEIGHT_COPIES[f.p.placement]))
+        f = min(done, key=lambda f: (f.value, _WEIGHT_COPIES[f.p.placement]))
         s = _as_schedule(f); tl = simulate(s, costs_for(costs, s.num_stages))
-        cand.append((tl.makespan, s, max(tl.peak_activations), f.how, f.p.placement))
-    if best_fixed is not None and (not cand or best_fixed['makespan'] < cand[0][0] - 1e-9):
-        cand = [(best_fixed['makespan'], best_fixed['s'], best_fixed['peak'], f"fixed {best_fixed['schedule']}", best_fixed['placement'])]
-    span, s, peak, how, pl = cand[0]
+        cand.append(dict(makespan=tl.makespan, span=tl.longest_span, s=s, peak=max(tl.peak_memory(w_keeps=_keeps(w_keeps, s.num_stages))), how=f.how, placement=f.p.placement))
+    if best_fixed is not None and (not cand or best_fixed[key] < cand[0][key] - 1e-9):
+        cand = [best_fixed | dict(how=f"fixed {best_fixed['schedule']}")]
+    c = cand[0]; s, v = c['s'], c[key]
     lb = min((f.bound for f in found.values()), default=math.inf)
-    if how.startswith('fixed') and (s.microbatch_scale != 1 or s.recompute): lb = min(lb, structural_bound(_problem_of(s, costs, memory)))
-    if span <= lb + 1e-9 * max(1.0, lb): lb = min(lb, span)  # equal up to rounding: proven optimal
-    res = dict(placement=pl, weights=_WEIGHT_COPIES[pl], makespan=span, peak=peak)
-    comp, pls = _tables(fits, found, res)
-    return SearchResult(s, span, lb, span <= lb + 1e-9 * max(1.0, lb), peak, pl, how, time.perf_counter() - t0,
-                        best_fixed['schedule'] if best_fixed else '', best_fixed['makespan'] if best_fixed else math.inf, comp, pls)
+    if key == 'makespan' and c['how'].startswith('fixed') and (s.microbatch_scale != 1 or s.recompute):
+        lb = min(lb, structural_bound(_problem_of(s, costs, memory, w_keeps)))
+    if v <= lb + 1e-9 * max(1.0, lb): lb = min(lb, v)  # equal up to rounding: proven optimal
+    comp, pls = _tables(fits, found, dict(placement=c['placement'], weights=_WEIGHT_COPIES[c['placement']], makespan=c['makespan'],
+                                          span=c['span'], peak=c['peak']), key)
+    return SearchResult(s, c['makespan'], lb, v <= lb + 1e-9 * max(1.0, lb), c['peak'], c['placement'], c['how'], time.perf_counter() - t0,
+                        best_fixed['schedule'] if best_fixed else '', best_fixed[key] if best_fixed else math.inf, comp, pls, c['span'], objective)

@@ -171,6 +171,13 @@ def busy(self:Timeline, rank:int) -> float:
     "Compute time of `rank`."
     return sum(e.end - e.start for e in self.rank_events(rank))
 
+# %% ../nbs/01_simulate.ipynb #e74c6602
+@patch(as_prop=True)
+def longest_span(self:Timeline) -> float:
+    "The longest of the ranks' spans, each from its first compute start to its last compute end."
+    spans = [evs[-1].end - evs[0].start for r in range(self.num_ranks) if (evs := self.rank_events(r))]
+    return max(spans, default=0.0)
+
 # %% ../nbs/01_simulate.ipynb #s2010057
 @patch(as_prop=True)
 def bubble_ratio(self:Timeline) -> float:
@@ -189,13 +196,15 @@ def to_frame(self:Timeline):
 
 # %% ../nbs/01_simulate.ipynb #f375ae7f
 def _memory_rule(inference:bool, # forward-only: an activation lives only while its forward runs
-                split_backward:bool, # W frees what B kept
+                split_backward:bool, # B frees part 'b' of what F stashed, W the rest ('w')
                 recompute:bool, # F keeps only the stage's input ('i'); B rebuilds the activations ('a')
                ) -> tuple:
-    "({kind: the part it allocates at its start, or None}, the kind whose end frees a micro-batch's parts, those parts): the one rule that timelines and orders both read."
+    "({kind: the part it allocates at its start, or None}, {kind: the parts its end frees}): the one rule that timelines and orders both read."
     rc = recompute and not inference
     grows = {'F': 'i' if rc else 'a', 'B': 'a' if rc else None, 'W': None}
-    return grows, 'F' if inference else 'W' if split_backward else 'B', ('a', 'i') if rc else ('a',)
+    if inference: return grows, {'F': ('a',)}
+    if split_backward: return grows, {'B': ('b',), 'W': ('w', 'i') if rc else ('w',)}
+    return grows, {'B': ('a', 'i') if rc else ('a',)}
 
 # %% ../nbs/01_simulate.ipynb #b7b518cc
 @patch
@@ -203,16 +212,17 @@ def memory_changes(self:Timeline,
                    rank:int, # the rank
                   ) -> list:
     """[(time, sign, stage, part)] of `rank`'s memory in time order, frees (-1) before allocations (+1) at the same instant;
-    part 'a': a stage's stashed activations, 'i': its input kept for recomputation. Cached until the events change."""
+    part 'a': a stage's stashed activations ('b' of them freed by B, 'w' by W when the backward is split), 'i': its input kept
+    for recomputation. Cached until the events change."""
     idx = self.__dict__.get('_mem_changes')
     if idx is None or idx[0] is not self.events or idx[1] != len(self.events): idx = self._mem_changes = (self.events, len(self.events), {})
     if rank not in idx[2]:
         evs = self.rank_events(rank)
-        grows, frees, parts = _memory_rule(not any(e[1] == 'B' for e in evs), self.split_backward, self.recompute)
+        grows, frees = _memory_rule(not any(e[1] == 'B' for e in evs), self.split_backward, self.recompute)
         out = []
         for _, kind, stage, _, _, start, end, _ in evs:   # unpacked: a search reads tens of thousands
             if (g := grows.get(kind)) is not None: out.append((start, 1, stage, g))
-            if kind == frees: out.extend((end, -1, stage, q) for q in parts)
+            out.extend((end, -1, stage, q) for q in frees.get(kind, ()))
         out.sort(key=lambda c: (c[0], c[1]))
         idx[2][rank] = out
     return idx[2][rank]
@@ -226,30 +236,41 @@ def _per_stage_sizes(v, what:str, scalar_scale:float, list_scale:float):
     vals = [check_number(f"{what}[{i}]", x, float, lo=0) for i, x in enumerate(v)]
     return lambda s: vals[s] * list_scale
 
+def _part_sizes(ma, mi, w_keeps, stages:int, scale:float, fraction:float) -> dict:
+    "{(stage, part): size} of every memory part: 'a' (Ma), its shares 'w' (what W still holds after B: `w_keeps`) and 'b', and 'i' (Mi)."
+    a = _per_stage_sizes(ma, 'ma', scale * fraction, scale)
+    i = _per_stage_sizes(mi, 'mi', scale, scale)
+    k = _per_stage_sizes(w_keeps, 'w_keeps', 1.0, 1.0)
+    out = {}
+    for st in range(stages):
+        kst = k(st)
+        if kst > 1: raise ValueError(f"w_keeps[{st}]={kst:g}: it is a fraction of the stage's activations, at most 1")
+        out |= {(st, 'a'): a(st), (st, 'w'): a(st) * kst, (st, 'b'): a(st) * (1 - kst), (st, 'i'): i(st)}
+    return out
+
 # %% ../nbs/01_simulate.ipynb #s2010026
 @patch
 def memory_curve(self:Timeline,
                  rank:int, # the rank
                  ma:float|Sequence=1.0, # Ma: one micro-batch's stashed activations of one of D equal stages (or one per stage)
                  mi:float|Sequence=0.0, # Mi: one micro-batch's stage input, what recomputation keeps (or one per stage)
+                 w_keeps:float|Sequence=1.0, # the part of Ma that W still holds after B (split backward; 1: W frees all)
                 ) -> list:
     "[(time, live memory)] after every change on `rank`: stashed activations (Ma) and, under recompute, inputs (Mi)."
-    size = {'a': _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale),
-            'i': _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)}
+    n = 1 + max((e.stage for e in self.events), default=0)
+    size = _part_sizes(ma, mi, w_keeps, n, self.microbatch_scale, self.stage_fraction)
     live, curve = 0.0, [(self.start_time, 0.0)]
     for t, sign, st, part in self.memory_changes(rank):
-        live += sign * size[part](st)
+        live += sign * size[st, part]
         curve.append((t, round(live, 9)))
     return curve
 
 # %% ../nbs/01_simulate.ipynb #s2010028
 @patch
-def peak_memory(self:Timeline, ma:float|Sequence=1.0, mi:float|Sequence=0.0) -> list:
-    "Per-rank peak of `memory_curve(rank, ma, mi)` (without building the curves: searches ask for it often)."
+def peak_memory(self:Timeline, ma:float|Sequence=1.0, mi:float|Sequence=0.0, w_keeps:float|Sequence=1.0) -> list:
+    "Per-rank peak of `memory_curve(rank, ma, mi, w_keeps)` (without building the curves: searches ask for it often)."
     n = 1 + max((e.stage for e in self.events), default=0)
-    a = _per_stage_sizes(ma, 'ma', self.microbatch_scale * self.stage_fraction, self.microbatch_scale)
-    i = _per_stage_sizes(mi, 'mi', self.microbatch_scale, self.microbatch_scale)
-    size = {(st, 'a'): a(st) for st in range(n)} | {(st, 'i'): i(st) for st in range(n)}
+    size = _part_sizes(ma, mi, w_keeps, n, self.microbatch_scale, self.stage_fraction)
     out = []
     for r in range(self.num_ranks):
         live = peak = 0.0
@@ -380,14 +401,13 @@ def simulate(schedule:Schedule|Program, # a schedule (lowered here) or a lowered
 def order_peak_memory(s:Schedule, # each rank's actions in the order it runs them
                       ma:float|Sequence=1.0, # Ma, as in `Timeline.peak_memory`
                       mi:float|Sequence=0.0, # Mi, as in `Timeline.peak_memory`
+                      w_keeps:float|Sequence=1.0, # the part of Ma W still holds after B, as in `Timeline.peak_memory`
                      ) -> list:
     "Per-rank peak of stashed activations (and recomputation's inputs) from the order: `peak_memory` of any timing of it."
-    a = _per_stage_sizes(ma, 'ma', s.microbatch_scale * s.stage_fraction, s.microbatch_scale)
-    i = _per_stage_sizes(mi, 'mi', s.microbatch_scale, s.microbatch_scale)
-    grows, frees, parts = _memory_rule(s.forward_only, s.split_backward, s.recompute)
-    size = {'a': [a(st) for st in range(s.num_stages)], 'i': [i(st) for st in range(s.num_stages)]}
-    grow = {k: size[q] if q else None for k, q in grows.items()}
-    freed = [sum(size[q][st] for q in parts) for st in range(s.num_stages)]
+    size = _part_sizes(ma, mi, w_keeps, s.num_stages, s.microbatch_scale, s.stage_fraction)
+    grows, frees = _memory_rule(s.forward_only, s.split_backward, s.recompute)
+    grow = {k: [size[st, q] for st in range(s.num_stages)] if q else None for k, q in grows.items()}
+    freed = {k: [sum(size[st, q] for q in parts) for st in range(s.num_stages)] for k, parts in frees.items()}
     out = []
     for r in range(s.num_ranks):
         live = peak = 0.0
@@ -395,7 +415,7 @@ def order_peak_memory(s:Schedule, # each rank's actions in the order it runs the
             if (g := grow[kind]) is not None:
                 live += g[st]
                 if live > peak: peak = live
-            if kind == frees: live -= freed[st]
+            if (f := freed.get(kind)) is not None: live -= f[st]
         out.append(round(peak, 9))
     return out
 

@@ -111,6 +111,7 @@ class SlurmJob:
     max_restarts: int = 5                  # ... at most this many times
     extra: tuple = ()                      # further sbatch options, e.g. ('--constraint=ib', '--exclusive')
     allow_cpu: bool = False                # a GPU job whose Python sees no CUDA trains on the CPU (default: it stops at once)
+    program: tuple = ()                    # run `python -m` this module and arguments on the run file instead of training (calibrate.calibration_job)
 
     def __post_init__(self):
         for k in ('run_dir', 'python'):   # ~ as the shell would expand it (the script quotes the value, so it would not)
@@ -164,6 +165,7 @@ def _check_strings(job):
     if job.mem is not None: _check_value('mem', job.mem, 'mem')
     for m in job.modules: _check_value('module', m, 'module')
     for e in job.extra: _check_value('extra sbatch option', e, 'sbatch')
+    for i, a in enumerate(job.program): _check_value('program module' if i == 0 else 'program argument', a, 'name' if i == 0 else 'path')
     if not isinstance(job.env, dict): raise TypeError(f"env must be a dict of name: value, got {type(job.env).__name__}")
     for k, v in job.env.items():
         _check_value('env name', k, 'env')
@@ -176,11 +178,15 @@ def _check_strings(job):
 def check_job(job:SlurmJob) -> SlurmJob:
     "Refuse a job description that cannot run, with what is allowed; return it."
     if not isinstance(job, SlurmJob): raise TypeError(f"expected a SlurmJob, got {type(job).__name__}")
-    for n in ('modules', 'setup', 'extra'):
+    for n in ('modules', 'setup', 'extra', 'program'):
         if isinstance(getattr(job, n), str): raise TypeError(f"{n} must be a list or tuple of strings, got the string {getattr(job, n)!r}")
     _check_ints(job); _check_strings(job); time_seconds(job.time)
     if not isinstance(job.train, TrainConfig): raise TypeError(f"train must be a TrainConfig, got {type(job.train).__name__}")
     _check_model(job.train.spec)
+    if (hw := job.train.spec.hardware) is not None and not job.program:   # a measured profile: of this model and GPU, not stale
+        from chimera_nb.hardware import HARDWARE
+        from chimera_nb.profile import Profile
+        if hw not in HARDWARE: Profile.named(hw).check_use(job.train.spec.model, job.gpu_type if job.gpus_per_node else 'cpu')
     job.train.replace(checkpoint_dir='checkpoints', resume=True, local_ranks=0)  # checked as the script runs it
     from chimera_nb.tasks import check_data   # a misspelt data set fails here, not 12 s into the job
     check_data(job.train)
@@ -273,8 +279,9 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac',
           'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
           'trap - ERR; rc=0',
-          'srun "$PYTHON" -m chimera_nb.cli train --config "$OUT/run.toml" --metrics "$OUT/metrics.jsonl" \\',
-          '    --checkpoint-dir "$OUT/checkpoints" --resume --local-ranks 0 --no-progress || rc=$?',
+          *([f'srun "$PYTHON" -m {" ".join(map(q, job.program))} --config "$OUT/run.toml" --out "$OUT" || rc=$?'] if job.program else
+            ['srun "$PYTHON" -m chimera_nb.cli train --config "$OUT/run.toml" --metrics "$OUT/metrics.jsonl" \\',
+             '    --checkpoint-dir "$OUT/checkpoints" --resume --local-ranks 0 --no-progress || rc=$?']),
           'echo "$SLURM_JOB_ID ${SLURM_RESTART_COUNT:-0} $rc $(date +%s)" >> "$OUT/exit_codes"']
     if job.requeue:
         L += [f'if [ "$rc" -eq {EXIT_REQUEUE} ] && [ "${{SLURM_RESTART_COUNT:-0}}" -lt {job.max_restarts} ]; then',

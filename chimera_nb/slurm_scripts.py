@@ -31,6 +31,12 @@ def ready_scripts() -> dict:
         for sch in ('chimera', '1f1b', 'gpipe'):
             spec = PipelineSpec(model=model, schedule=sch, D=8, W=4, N=8, B=4, dtype='bfloat16', hardware='b200')
             out[f'{model}-{sch}.sbatch'] = _ready(f'{model}-{sch}', TrainConfig(spec, **big), nodes=4, time='08:00:00')
+    # Llama-3-8B on one B200 node: Chimera over 8 GPUs, sequence 4096 in bf16 (predicted 90 GiB a GPU); a global batch of 16 rows
+    # fits the built-in Wikipedia slice (137 rows of 4096 GPT-2 tokens) for a throughput run: give data= a corpus to train for real
+    llama = PipelineSpec(model='llama3-8b', schedule='chimera', D=8, W=1, N=8, B=2, dtype='bfloat16', hardware='b200')
+    out['llama3-8b-chimera.sbatch'] = _ready('llama3-8b-chimera', TrainConfig(llama, steps=200, lr=1e-4, warmup=20, checkpoint_every=100,
+                                             timeout=600.0),   # every rank builds 8B weights (minutes on CPU) and saves 2 stages' state
+                                             nodes=1, time='04:00:00')
     out['cnn-prelim.sbatch'] = _ready('cnn-prelim', TrainConfig(PipelineSpec(model='cnn', schedule='chimera', D=2, B=32), data='fashion-mnist',
                                       steps=500, checkpoint_every=100), 'hpg-turin', gpus_per_node=2, time='01:00:00')
     # as 21_exp_bert's full form: the pretrained MiniLM (the package's weights) fine-tuned on Reuters R8 with Chimera

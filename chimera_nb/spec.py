@@ -45,7 +45,7 @@ _COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no
 @dataclass(frozen=True)
 class PipelineSpec:
     "One pipeline run: the model, its numbers, the schedule with its options, and the hardware it was predicted for."
-    model: str|None = 'bert-tiny'  # a preset (spec.PRESETS), a packaged pretrained model (minilm-l6), a folder with a saved BERT / GPT-2, or a hub name (source hub); None: a schedule only
+    model: str|None = 'bert-tiny'  # a preset (spec.PRESETS), a packaged pretrained model (minilm-l6), a folder with a saved BERT / GPT-2 / Llama-family model, or a hub name (source hub); None: a schedule only
     source: str = 'auto'           # where the model comes from: preset, package, folder or hub (auto: by the name)
     dtype: str = 'float32'         # float32, float64 or bfloat16 (fp32 weights, bf16 autocast on GPUs)
     seq_len: int|None = None       # tokens per example (default: the preset's; 128 for a saved model, at most its positions)
@@ -59,7 +59,7 @@ class PipelineSpec:
     chunks: int = 2                # interleaved-1f1b's model chunks per rank (other schedules ignore it)
     recompute: bool = False        # recompute activations in the backward (less memory, one more forward)
     sync: str = 'auto'             # gradient all-reduce: eager, eager-opt, end, or auto (eager on CUDA, end on CPU)
-    hardware: str|None = None      # what it was predicted for: a perf_model.HARDWARE name or a saved Profile (.json)
+    hardware: str|None = None      # what it was predicted for: a hardware.HARDWARE preset, a measured profile's name in the profiles folder (chimera-slurm calibrate), or a Profile's .json path
     order: str|None = None         # schedule custom: the order itself, in the schedules' text form (a searched or hand-written one)
     compile: str|None = None       # torch.compile each stage's blocks in this mode: default, reduce-overhead (also CUDA graphs), max-autotune-no-cudagraphs; None: eager
 
@@ -146,6 +146,19 @@ def _canonical(s:PipelineSpec):
     if src == 'folder': object.__setattr__(s, 'model', os.path.abspath(os.path.expanduser(s.model))); _folder_config(s.model)
     object.__setattr__(s, 'source', src)
 
+# %% ../nbs/00b_spec.ipynb #sp38a
+_PROFILE_NAME = r'[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}'   # a measured profile's name: its file is <name>.json in the profiles folder
+
+def _check_measured(name:str, # the spec's hardware, not a preset
+                    presets, # the preset names (hardware.HARDWARE)
+                    folder:Path, # the profiles folder (hardware.profiles_folder)
+                   ):
+    "A hardware name that is no preset must name a measured profile in `folder`; else one line naming both lists and the fix."
+    if re.fullmatch(_PROFILE_NAME, name) and (folder / f'{name}.json').is_file(): return
+    have = sorted(p.stem for p in folder.glob('*.json'))[:12] if folder.is_dir() else []
+    raise SpecError(f"hardware {name!r} is neither a preset ({', '.join(presets)}) nor a measured profile in {folder} ({', '.join(have) or 'none'}): "
+                    f"calibrate one with `chimera-slurm calibrate`, or give a profile's .json path")
+
 # %% ../nbs/00b_spec.ipynb #6fe32353
 def _check_model(s:PipelineSpec):
     "Sequence length against the model's positions; the default made explicit; the hardware name known."
@@ -156,8 +169,8 @@ def _check_model(s:PipelineSpec):
             raise SpecError(f"seq_len={s.seq_len} does not fit {s.model}: it takes 2 to {info.positions} tokens")
         if not info.positions and s.seq_len: raise SpecError(f"seq_len applies to sequence models, not {s.model}: leave it out")
     if s.hardware is not None and not s.hardware.endswith('.json'):
-        from chimera_nb.hardware import HARDWARE   # lazily: it imports torch
-        check_choice('hardware', s.hardware, HARDWARE)
+        from chimera_nb.hardware import HARDWARE, profiles_folder   # lazily
+        if s.hardware not in HARDWARE: _check_measured(s.hardware, HARDWARE, profiles_folder())
 
 # %% ../nbs/00b_spec.ipynb #24282228
 def _check_schedule(s:PipelineSpec):

@@ -33,7 +33,7 @@ def _family(cfg:TrainConfig) -> str:
     return cfg.spec.family or family_of(cfg.spec.location)
 
 def task_of(cfg:TrainConfig) -> str:
-    "The task: as configured, or the model family's first (mlm for BERT, clm for GPT-2, image for the CNN)."
+    "The task: as configured, or the model family's first (mlm for BERT, clm for GPT-2 and Llama, image for the CNN)."
     return cfg.task or TASKS[_family(cfg)][0]
 
 def _seq_len_of(cfg:TrainConfig) -> int:
@@ -41,15 +41,31 @@ def _seq_len_of(cfg:TrainConfig) -> int:
     return cfg.spec.seq_len if cfg.spec.seq_len is not None else 128
 
 # %% ../nbs/05b_tasks.ipynb #4ddd2477
+_GPT2_VOCAB = 50257
+_TOKENIZER_FILES = ('tokenizer.json', 'tokenizer.model', 'tokenizer_config.json')
+
+def _llama_tokenizer(location:str):
+    "A Llama-family model's own tokenizer (its folder's, or the hub cache's: local files only); a folder without one gets GPT-2's BPE."
+    from transformers import AutoConfig, AutoTokenizer
+    vocab, p = AutoConfig.from_pretrained(location, local_files_only=True).vocab_size, Path(location)
+    own = not p.is_dir() or any((p / f).exists() for f in _TOKENIZER_FILES)
+    tok = AutoTokenizer.from_pretrained(location, local_files_only=True) if own else D.gpt2_tokenizer()
+    if len(tok) > vocab:
+        raise SpecError(f"model {location!r} has a {vocab:,}-token vocabulary but {'its tokenizer' if own else 'GPT-2 BPE (the folder has no tokenizer)'} "
+                        f"has {len(tok):,} tokens: save the model's own tokenizer into the folder (tokenizer.save_pretrained)")
+    return tok
+
 def tokenizer_for(cfg:TrainConfig, texts) -> object:
     "The tokenizer the model's vocabulary was made for (trained on `texts` for a tiny preset's own vocabulary size)."
     family = _family(cfg)
     if cfg.spec.model not in PRESETS:  # a saved or packaged model brings its vocabulary
+        if family == 'llama': return _llama_tokenizer(cfg.spec.location)
         p = Path(cfg.spec.location)
         return D.bert_tokenizer(p / 'vocab.txt') if family == 'bert' else D.gpt2_tokenizer(p / 'vocab.json', p / 'merges.txt')
     vocab = PRESETS[cfg.spec.model].config['vocab_size']
     if family == 'bert' and vocab == 30522: return D.bert_tokenizer()
     if family == 'gpt2' and vocab == 50257: return D.gpt2_tokenizer()
+    if family == 'llama' and vocab >= _GPT2_VOCAB: return D.gpt2_tokenizer()   # its ids all fit the larger vocabulary
     return D.train_tokenizer(texts, 'wordpiece' if family == 'bert' else 'bpe', vocab_size=vocab)
 
 # %% ../nbs/05b_tasks.ipynb #f26ca593

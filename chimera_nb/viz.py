@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 
 # %% auto #0
 __all__ = ['GLOSSARY', 'EXPORTS', 'pct', 'cost_label', 'remember_theme', 'resolve_theme', 'plot_timeline', 'plot_memory',
-           'Comparison', 'compare', 'overlay', 'save_html', 'find_chromium', 'save_image', 'to_chrome_trace',
-           'plot_breakdown', 'replace_figure', 'export_schedule']
+           'compare', 'overlay', 'save_html', 'find_chromium', 'save_image', 'to_chrome_trace', 'plot_breakdown',
+           'replace_figure', 'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
 import colorsys, contextlib, copy, json, logging, os, shutil, textwrap
@@ -432,7 +432,7 @@ def _unit_table(table, unit:str='cost units'):
                              'closed_form_act': 'closed form (Ma)', 'weight_copies': 'weights (Mθ)'})
 
 # %% ../nbs/02_viz.ipynb #d3843925
-class Comparison:
+class _Comparison:
     "Figure and table of a comparison; displays both (the table with units), unpacks as `fig, table = compare(...)`."
     def __init__(self, fig, table, timelines): self.fig, self.table, self.timelines = fig, table, timelines
     def __iter__(self): return iter((self.fig, self.table))
@@ -469,7 +469,7 @@ def _compare_traces(fig:go.Figure, tls:list, labels:bool, raster:bool):
 
 # %% ../nbs/02_viz.ipynb #75bdef87
 def compare(items, costs:Costs|None=None, # costs for the items that are not yet timelines
-            labels:bool|None=None, height:int|None=None, theme:str='auto') -> Comparison:
+            labels:bool|None=None, height:int|None=None, theme:str='auto') -> _Comparison:
     "Several schedules or timelines as Gantt charts on a shared time axis, plus their metrics table."
     if isinstance(items, (Timeline, Schedule, str)) or not hasattr(items, '__iter__'):
         raise TypeError(f"compare expects a list of Timelines, Schedules or (name, D, N[, options]) tuples, got {type(items).__name__}")
@@ -486,7 +486,7 @@ def compare(items, costs:Costs|None=None, # costs for the items that are not yet
     fig.update_layout(barmode='overlay', bargap=0, hoverlabel=dict(align='left'), uniformtext=_UNIFORMTEXT, autosize=True,
                       height=max(H, _legend_height(fig.data)), legend=_LEGEND, margin=dict(l=70, r=20, t=40, b=50))
     fig.update_annotations(font_size=12, x=0, xanchor='left')
-    return Comparison(_apply_theme(fig, theme), table, tls)
+    return _Comparison(_apply_theme(fig, theme), table, tls)
 
 # %% ../nbs/02_viz.ipynb #ce693403
 def _overlay_title(p:Timeline, m:Timeline, labels:tuple, scale:float, how:str) -> str:
@@ -538,7 +538,7 @@ def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted
 
 # %% ../nbs/02_viz.ipynb #8ce88b2f
 def _figure(fig):
-    if isinstance(fig, Comparison): return fig.fig
+    if isinstance(fig, _Comparison): return fig.fig
     if isinstance(fig, go.Figure): return fig
     if isinstance(fig, go.FigureWidget): return go.Figure(fig.to_dict())   # the explorer's widgets
     raise TypeError(f"expected a plotly Figure (from plot_timeline, plot_memory, compare or overlay), got {type(fig).__name__}")

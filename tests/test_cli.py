@@ -62,3 +62,28 @@ def test_plot_png(tmp_path):
     mem = tmp_path / 'zb-memory.png'
     assert mem.exists() and f"wrote {out}, {mem}" in r.stdout   # every file it writes is named
     assert 'Traceback' not in r.stderr and '{' not in r.stderr, r.stderr
+
+
+def test_slurm_calibrate_profiles_history(tmp_path):
+    "`chimera-nb slurm calibrate --dry-run` renders the calibration job into the profiles folder; `profiles` lists a kept profile, `history` a run's error."
+    import dataclasses, datetime
+    from chimera_nb.profile import estimate_profile
+    from chimera_nb.hardware import HARDWARE
+    os.environ['CHIMERA_PROFILES'] = str(tmp_path)   # the subprocesses inherit it
+    try:
+        r = run('slurm', 'calibrate', '--preset', 'hpg-turin', '--nodes', 2, '--model', 'gpt2-tiny', '--account', 'g', '--qos', 'g', '--dry-run')
+        assert '#SBATCH --nodes=2' in r.stdout and '#SBATCH --gres=gpu:l4:3' in r.stdout
+        assert f'-m chimera_nb.calibrate --profiles {tmp_path} --name hpg-turin-gpt2-tiny-float32 --sizes 1,2,4' in r.stdout
+        assert run('slurm', 'profiles').stdout.startswith(f'{tmp_path}: no measured profiles')
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+        dataclasses.replace(estimate_profile('gpt2-tiny', HARDWARE['l4'], 1), source='measured', name='hpg-turin-gpt2-tiny-float32', date=now,
+                            machine=dict(gpu='NVIDIA L4')).save(tmp_path / 'hpg-turin-gpt2-tiny-float32.json')
+        out = run('slurm', 'profiles', '--gpu', 'b200').stdout
+        assert 'hpg-turin-gpt2-tiny-float32' in out and "measured on 'NVIDIA L4', not on 'b200'" in out
+        (tmp_path / 'history.jsonl').write_text(json.dumps(dict(date=now, profile='hpg-turin-gpt2-tiny-float32', label='1f1b', W=1, D=2, B=1, N=4,
+                                                                predicted_step_s=0.9, measured_step_s=1.0, error=-0.1, stage_error=0.02)) + '\n')
+        out = run('slurm', 'history').stdout
+        assert re.search(r'hpg-turin-gpt2-tiny-float32\s+1\s+-0\.1\s+0\.1\s+0\.1', out), out
+        r = run('slurm', 'calibrate', '--profile-name', '../x', '--dry-run', ok=False)
+        assert r.returncode == 2 and "profile name '../x'" in r.stderr
+    finally: del os.environ['CHIMERA_PROFILES']

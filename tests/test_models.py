@@ -117,7 +117,7 @@ def _memory_all(rank, world, name):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize('name', ['bert-tiny', 'gpt2-tiny'])
+@pytest.mark.parametrize('name', ['bert-tiny', 'gpt2-tiny', 'llama-tiny'])
 def test_activation_estimate_within_15_percent(name):
     "1F1B and Chimera, with and without recompute: the estimate against the bytes autograd keeps, every rank."
     for r, rank_res in enumerate(launch_local(_memory_all, 4, name, timeout=280)):

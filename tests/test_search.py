@@ -204,3 +204,57 @@ def test_the_tuner_keeps_its_search_time():
                   search=2, search_time=1.0, progress=False)
     assert time.perf_counter() - t < 2 * (1.5 * 1.0 + 2) + 10   # two searches of 1 s, and the ranking
     assert tu.ranking.label.str.startswith('searched').any()
+
+
+# --- issue 37: the search's second pass ------------------------------------------------------------------------------
+def test_zero_bubble_greedy_reaches_the_bound_where_list_scheduling_did_not():
+    "F = B = W = 1, p2p 0.1, D = N = 16, single placement: the Zero Bubble heuristic's order is optimal (66.0); the search seeds with it."
+    r = search_schedule(16, 16, Costs(1, 1, 1, p2p=0.1), memory=16, placements=('single',), time_limit=20, progress=False)
+    assert r.makespan == pytest.approx(66.0) and r.optimal, r
+    assert r.seconds < 20
+
+
+@pytest.mark.parametrize('costs', [Costs(1, 1, 1, p2p=0.1), Costs([1, 1, 1, 1, 1, 1, 1, 3], 1, 0.5, p2p=0.05)])
+def test_more_memory_never_gives_a_worse_answer(costs):
+    "The makespan found is monotone in the memory cap (the small form of D = 32, N = 256 at caps 64 and 131)."
+    spans = [search_schedule(8, 48, costs, memory=m, placements=('single', 'v'), time_limit=4, method='heuristic',
+                             progress=False).makespan for m in (8, 11, 16, 24)]
+    assert all(b <= a + 1e-9 for a, b in zip(spans, spans[1:])), spans
+
+
+def test_the_span_objective_is_the_zero_bubble_papers_measure():
+    "objective='span' minimises the longest rank's span (first start to last end), bounded below by the busiest rank's work."
+    c = Costs(1, 1, 1, p2p=0.1)
+    by_span = search_schedule(8, 24, c, memory=8, placements=('single',), time_limit=5, objective='span', progress=False)
+    by_makespan = search_schedule(8, 24, c, memory=8, placements=('single',), time_limit=5, progress=False)
+    assert by_span.span <= by_makespan.span + 1e-9
+    assert by_span.lower_bound <= by_span.span and by_span.lower_bound >= 24 * 3 - 1e-9   # the busiest rank's F + B + W
+    assert simulate(by_span.schedule, c).longest_span == pytest.approx(by_span.span)
+    with pytest.raises(Exception, match="objective must be 'makespan' or 'span'"): search_schedule(4, 8, objective='bubble')
+
+
+def test_memory_a_split_backward_frees_at_b_never_costs_time():
+    "With W keeping half of an activation (Zero Bubble's M_W = M_B / 2) the same cap holds at least as much: never slower, and it fits that rule."
+    from chimera_nb.simulate import order_peak_memory
+    c = Costs(1, 1, 1, p2p=0.1)
+    for m in (3, 5):
+        full = search_schedule(8, 32, c, memory=m, placements=('single',), time_limit=3, method='heuristic', progress=False)
+        half = search_schedule(8, 32, c, memory=m, placements=('single',), time_limit=3, method='heuristic', w_keeps=0.5, progress=False)
+        assert half.makespan <= full.makespan + 1e-9, (m, half, full)
+        assert max(order_peak_memory(half.schedule, w_keeps=0.5)) <= m + 1e-9 and half.peak <= m + 1e-9
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize('D, N, cap', [(32, 256, 64), (32, 256, 131), (64, 256, 128)])
+def test_the_time_limit_holds_at_paper_sizes(D, N, cap):
+    "D = 32 and 64, N = 256: an answer within the 30 s limit (fit_memory on far-over seeds skipped; a rule always runs)."
+    r = search_schedule(D, N, Costs(1, 1, 1, p2p=0.1), memory=cap, placements=('single',), time_limit=30, progress=False)
+    assert r.seconds <= 30 * 1.5 + 2 and r.gap < 0.02, r
+
+
+def test_w_keeps_per_rank_spread_over_every_placement():
+    "One share per rank (a profile's stages at D) holds for the V's and Chimera's 2 D stages too; a share over 1 is refused."
+    r = search_schedule(4, 8, Costs(1, 1, 1), memory=4, w_keeps=[1, 0.5, 0.5, 0.5], time_limit=3, progress=False)
+    assert r.peak <= 4 + 1e-9 and r.makespan > 0
+    with pytest.raises(Exception, match='w_keeps must be a fraction'): search_schedule(4, 8, w_keeps=[1, 2, 0.5, 0.5])

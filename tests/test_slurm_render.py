@@ -145,3 +145,21 @@ def test_chimera_slurm_flags_never_give_a_traceback(job_argv, train_argv):
     assert rc in (0, 1, 2) and 'Traceback' not in err.getvalue(), err.getvalue()
     if rc == 0: assert out.getvalue().startswith('#!/bin/bash')
     else: assert err.getvalue().strip().count('\n') == 0, err.getvalue()   # one line, argparse's too
+
+
+def test_llama3_8b_ready_script_on_hpg_b200(tmp_path):
+    "slurm/llama3-8b-chimera.sbatch: the file ready_scripts() writes, bash parses it, its run.toml is the spec that fits a B200."
+    from chimera_nb.cli import parse_config
+    from chimera_nb.slurm_scripts import ready_scripts
+    from chimera_nb.perf_model import predict_spec
+    from chimera_nb.hardware import HARDWARE
+    text = (Path(__file__).parent.parent / 'slurm' / 'llama3-8b-chimera.sbatch').read_text()
+    assert text == ready_scripts()['llama3-8b-chimera.sbatch'], "slurm/llama3-8b-chimera.sbatch is stale: write ready_scripts() to slurm/"
+    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
+    assert '#SBATCH --partition=hpg-b200' in text and '#SBATCH --gres=gpu:b200:8' in text and '#SBATCH --nodes=1' in text
+    (tmp_path / 'run.toml').write_text(text.split("<<'CHIMERA_RUN'\n", 1)[1].split('CHIMERA_RUN\n', 1)[0])
+    cfg = parse_config(['--config', str(tmp_path / 'run.toml')])
+    s = cfg.spec
+    assert (s.model, s.hardware, s.dtype, s.seq_len, s.schedule, s.W * s.D) == ('llama3-8b', 'b200', 'bfloat16', 4096, 'chimera', 8)
+    p = predict_spec(s)
+    assert 0.3 * HARDWARE['b200'].memory_bytes < p.memory_per_gpu < HARDWARE['b200'].memory_bytes, p   # fits, and is not trivially small
