@@ -21,7 +21,7 @@ from .compute import input_grads, weight_grads, SavedTensors
 from .balance import balance
 from .catalog import PRESETS
 from .hardware import Hardware, HARDWARE, check_hardware, profiles_folder
-from .checks import check_number
+from .checks import check_number, SpecError
 from .files import parse_dict, read_bounded
 
 # %% ../nbs/02c_profile.ipynb #2f58942b
@@ -352,9 +352,10 @@ def named(cls:Profile, hardware:str, # a measured profile's name in the profiles
          ) -> Profile:
     "The measured profile `hardware` names (read bounded), its `name` set to the file's."
     if not isinstance(hardware, str) or not (hardware.endswith('.json') or re.fullmatch(_NAME, hardware)):
-        raise ValueError(f"hardware {hardware!r} names no measured profile: give a name from `measured_profiles()` or a .json path")
+        raise SpecError(f"hardware {hardware!r} names no measured profile: give a name from `measured_profiles()` or a .json path")
     path = Path(os.path.expanduser(hardware)) if hardware.endswith('.json') else profiles_folder(folder) / f'{hardware}.json'
-    if not path.is_file(): raise ValueError(f"no measured profile {hardware!r} ({path}): calibrate one with `chimera-slurm calibrate`, or list them with `measured_profiles()`")
+    if not os.path.lexists(path):   # one that exists but is no regular file: the bounded reader names what it is
+        raise SpecError(f"hardware {hardware!r}: no measured profile at {str(path)!r}: calibrate one with `chimera-slurm calibrate`, or list them with `measured_profiles()`")
     p = cls.load(path)
     return p if p.name else dataclasses.replace(p, name=path.stem)
 
