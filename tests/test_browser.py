@@ -18,7 +18,8 @@ from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot
 
 pytestmark = [pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                  reason=f"no Chromium at {CHROMIUM}: install it (Debian: apt-get install chromium) to run the browser test"),
-              pytest.mark.timeout(300)]
+              pytest.mark.timeout(300),
+              pytest.mark.xdist_group('jupyterlab')]   # one JupyterLab and Chromium at a time: `make test` runs two workers
 
 NOTEBOOK = {
     "cells": [
@@ -65,7 +66,7 @@ def _plot_paths(page) -> int:
     return plot.locator('.barlayer path').count()
 
 
-def _wait_paths(page, predicate, timeout=60):
+def _wait_paths(page, predicate, timeout=120):
     return wait_for(page, _plot_paths, predicate, timeout, 'the timeline plot')
 
 
