@@ -32,9 +32,8 @@ install: $(STAMP) $(DATA_STAMP)
 demo: install
 	$(VENV)/bin/chimera-nb demo
 
-# two workers (pytest-xdist): the integration tests mostly wait on processes, SLURM and browsers; JupyterLab tests one at a time
 test: install
-	$(PY) -m pytest -n 2 --dist loadgroup
+	$(PY) -m pytest
 
 # after editing notebooks: write the package from them and strip outputs/metadata
 export: install

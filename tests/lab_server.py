@@ -68,7 +68,7 @@ def jupyter_lab(root:Path, tmp_path:Path):
         log.close()
 
 
-def wait_for(page, probe, predicate, timeout=120, what='the page'):   # bounded; generous: the suite runs two workers on two cores
+def wait_for(page, probe, predicate, timeout=120, what='the page'):   # bounded; generous for a loaded machine
     "Poll `probe(page)` until `predicate` holds; returns the value."
     deadline, v = time.time() + timeout, None
     while time.time() < deadline:

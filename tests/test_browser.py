@@ -18,8 +18,7 @@ from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot
 
 pytestmark = [pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                  reason=f"no Chromium at {CHROMIUM}: install it (Debian: apt-get install chromium) to run the browser test"),
-              pytest.mark.timeout(300),
-              pytest.mark.xdist_group('jupyterlab')]   # one JupyterLab and Chromium at a time: `make test` runs two workers
+              pytest.mark.timeout(300)]
 
 NOTEBOOK = {
     "cells": [

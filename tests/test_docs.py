@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [pytest.mark.skipif(subprocess.run([sys.executable, '-c', 'import mkdocs, mkdocs_jupyter, material, nbclient'],
+pytestmark = pytest.mark.skipif(subprocess.run([sys.executable, '-c', 'import mkdocs, mkdocs_jupyter, material, nbclient'],
                                                capture_output=True).returncode != 0,
-                                reason="mkdocs-material and mkdocs-jupyter are not installed (pip install -e '.[dev]')"), \
-             pytest.mark.xdist_group('jupyterlab')]   # Chromium with the browser tests, one at a time
+                                reason="mkdocs-material and mkdocs-jupyter are not installed (pip install -e '.[dev]')")
 
 # text of the cells 02_viz must not show: its `#| hide` imports, a test cell, an exported cell's code
 HIDDEN = ['from fastcore.test import test_eq, test_fail, test_close',          # #| hide

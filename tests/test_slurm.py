@@ -246,7 +246,6 @@ WATCH_JS = """() => { const gd = document.querySelector('.jp-OutputArea-output .
 
 
 @pytest.mark.timeout(420)
-@pytest.mark.xdist_group('jupyterlab')
 def test_job_watch_in_jupyterlab_survives_reload_and_restart(jobs, cluster, tmp_path):
     "The watch of a finished job in a real JupyterLab: state, loss, measured vs predicted step; a reload redraws it; a restart says what to re-run."
     from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot, wait_for
