@@ -171,9 +171,10 @@ def responsive(fw:go.FigureWidget) -> go.FigureWidget:
     return fw
 
 def _rerun_hint(widget, what:str='app') -> str:
-    "One line of HTML, shown only where `widget` is not drawn (its kernel restarted or stopped): what to re-run."
+    "One line of HTML, shown only where `widget` is not drawn: what to do (JupyterLab can lose a model restoring a reloaded page)."
     return (f"<div class='chimera-rerun chimera-rerun-{widget.model_id}' style='color:#b00020;font-size:13px'>"
-            f"No {what} above? Its kernel was restarted or stopped: run this cell again to draw it.</div>")
+            f"No {what} above? Reload the page; if it is still missing, its kernel was restarted or stopped: "
+            f"run this cell again to draw it.</div>")
 
 def alive_style(widget) -> W.HTML:
     "A hidden widget whose `<style>` hides `widget`'s `_rerun_hint` while `widget` is drawn in the page."
