@@ -70,7 +70,7 @@ def _variant_hint(spec:PipelineSpec, makespan_of, # spec -> its simulated makesp
     return f"Hint: {v.label} draws this in {m:.3g}{' ' + unit if unit else ''} ({1 - m / makespan:.0%} shorter): choose {change}."
 
 # %% ../nbs/02a_explore.ipynb #1e75872f
-import anywidget, traitlets
+import anywidget, traitlets, uuid
 
 _THEME_JS = """
 function watchTheme(model) {   // JupyterLab's light / dark theme, as the page body says it, into the model
@@ -106,33 +106,27 @@ function fitPlots() {   // responsive plots follow their container (a narrower w
 
 # %% ../nbs/02a_explore.ipynb #d30ae0ef
 _WATCH_JS = """
-function timeRedraws(model) {   // after each redraw: wait until the explorer's plots show it, painted; tell Python
-  let latest = 0;
-  const onMsg = (msg) => {
-    if (!msg || msg.type !== 'watch') return;
-    const t0 = performance.now(), seq = msg.seq;
-    latest = seq;
-    const drawn = () => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout && p.layout
-      && p.layout.meta && p.layout.meta.explorer === msg.id && p.layout.meta.redraw === seq).length >= msg.plots;
-    const tick = () => {
-      if (seq !== latest) return;   // a newer redraw took over
-      if (drawn()) requestAnimationFrame(() => requestAnimationFrame(() =>
-        model.send({ type: 'rendered', seq: seq, browser_ms: performance.now() - t0 })));
-      else if (performance.now() - t0 > 600000) model.send({ type: 'rendered', seq: seq, timeout: true });
-      else setTimeout(tick, 20);
-    };
-    tick();
+function reportPaints(model) {   // each redraw of this explorer, once its plots show it painted: tell Python. The page
+  const key = model.get('key');  // polls the plots rather than wait for a message from Python: a probe anywidget gave up
+  let reported = 0;              // on under load (its 2 s start-up limit) hears nothing, but still runs and can send
+  const tick = () => {
+    const plots = Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p._fullLayout && p.layout
+      && p.layout.meta && p.layout.meta.explorer === key);
+    const seq = Math.max(0, ...plots.map(p => p.layout.meta.redraw)), now = plots.filter(p => p.layout.meta.redraw === seq);
+    if (seq > reported && now.length && now.length >= now[0].layout.meta.plots) {
+      reported = seq;
+      requestAnimationFrame(() => requestAnimationFrame(() => model.send({ type: 'rendered', seq: seq })));
+    }
   };
-  model.on('msg:custom', onMsg);
-  return () => model.off('msg:custom', onMsg);
+  const every = setInterval(tick, 50);
+  return () => clearInterval(every);
 }
 """
 
 # %% ../nbs/02a_explore.ipynb #065ffdea
 _PROBE_JS = _THEME_JS + _FIT_JS + _WATCH_JS + """
 function initialize({ model }) {
-  const stops = [watchTheme(model), fitPlots(), timeRedraws(model)];
-  model.send({ type: 'hello' });   // a (re)loaded page: Python re-sends the watch of a redraw it has not seen painted
+  const stops = [watchTheme(model), fitPlots(), reportPaints(model)];
   return () => stops.forEach(stop => stop());
 }
 function render({ el }) { el.style.display = 'none'; }
@@ -143,6 +137,10 @@ class _PageProbe(anywidget.AnyWidget):
     "Hidden widget: the page's JupyterLab theme (`theme`: 'light', 'dark' or '' before it is shown) and render receipts."
     _esm = _PROBE_JS
     theme = traitlets.Unicode('').tag(sync=True)
+    key = traitlets.Unicode().tag(sync=True)   # marks its explorer's plots; in the first state, so a deaf page still has it
+
+    @traitlets.default('key')
+    def _key(self): return uuid.uuid4().hex
 
 # %% ../nbs/02a_explore.ipynb #ad6ef866
 import ipywidgets as W
@@ -164,6 +162,34 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     resolve_theme(theme)
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
+# %% ../nbs/02a_explore.ipynb #3ecf129a
+_RESTORE_JS = """
+function initialize({ model }) {   // redraw `top` where JupyterLab lost its model restoring a reloaded page
+  const top = model.get('top'), t0 = performance.now(), LOST = 'Error displaying widget: model not found';
+  const every = setInterval(async () => {
+    if (performance.now() - t0 > 120000) return clearInterval(every);
+    const hint = document.querySelector('.chimera-rerun-' + top), area = hint && hint.closest('.jp-OutputArea');
+    const lost = area && Array.from(area.querySelectorAll('.jp-OutputArea-output')).find(o => o.textContent.trim() === LOST);
+    if (!lost) return;
+    clearInterval(every);
+    try {
+      const manager = model.widget_manager, view = await manager.create_view(await manager.get_model(top), {});
+      const w = view.luminoWidget || view.pWidget;
+      lost.textContent = ''; lost.classList.remove('jupyter-widgets');
+      w.constructor.attach ? w.constructor.attach(w, lost) : lost.appendChild(w.node);
+      console.warn('[chimera] redrew a widget JupyterLab lost restoring the page');
+    } catch (e) { console.error('[chimera] could not redraw a lost widget: ' + e); }
+  }, 250);
+  return () => clearInterval(every);
+}
+export default { initialize };
+"""
+
+class _Restorer(anywidget.AnyWidget):
+    "Never displayed: its script redraws widget `top` where a reloaded page lost its model (see above)."
+    _esm = _RESTORE_JS
+    top = traitlets.Unicode('').tag(sync=True)   # the model id of the displayed app
+
 # %% ../nbs/02a_explore.ipynb #68666811
 def responsive(fw:go.FigureWidget) -> go.FigureWidget:
     "`fw` resizing with its container: plotly's `responsive` config (the page probe sends the resize when the container changes)."
@@ -181,8 +207,10 @@ def alive_style(widget) -> W.HTML:
     return W.HTML(f"<style>.chimera-rerun-{widget.model_id} {{ display: none; }}</style>", layout=W.Layout(display='none'))
 
 def show_with_hint(widget, what:str='app'):
-    "Display `widget` and, under it, its `_rerun_hint`."
+    "Display `widget` and, under it, its `_rerun_hint`; a `_Restorer` kept with `widget` mends JupyterLab's restore race."
     from IPython.display import display, HTML
+    if getattr(widget, '_chimera_restorer', None): widget._chimera_restorer.close()   # displayed again: one restorer
+    widget._chimera_restorer = _Restorer(top=widget.model_id)
     display(widget._repr_mimebundle_(), raw=True)
     display(HTML(_rerun_hint(widget, what)))
 
@@ -378,7 +406,7 @@ def redraw(self:Explorer):
         s = sp.make()
         tl = self._simulated(sp)
         self.redraws += 1
-        meta = dict(redraw=self.redraws, explorer=self.probe.model_id)
+        meta = dict(redraw=self.redraws, explorer=self.probe.key, plots=1 + bool(self._memory))   # what the page probe looks for
         fig = plot_timeline(tl, theme=self.theme.value, costs=self.costs())   # tall enough for its whole legend
         figs = [fig] + ([plot_memory(tl, height=340, theme=self.theme.value)] if self._memory else [])
         for f in figs: f.update_layout(width=self.width, meta=dict(f.layout.meta or {}, **meta))
@@ -396,17 +424,14 @@ def redraw(self:Explorer):
     self.note.value = ''.join(f"<div style='font-size:12px;opacity:0.85;padding:2px 0 6px 70px'>{html.escape(n, quote=False)}</div>" for n in notes)
     if not self.children: self.children = self._rows + [self.fig, self.note] + ([self.memfig] if self._memory else []) + [self.search_box, self.probe]
     self.seconds, self._t_start, self.render_seconds, self.total_seconds = time.perf_counter() - t, t, None, None
-    self._status('drawing in the browser…')
-    self.probe.send(dict(type='watch', seq=self.redraws, plots=len(figs), id=self.probe.model_id))
+    self._status('drawing in the browser…')   # until the page probe reports this redraw painted (`_rendered`)
 
 # %% ../nbs/02a_explore.ipynb #6a3ac289
 @patch
 def _rendered(self:Explorer, widget, content, buffers):
     "The page drew redraw number `seq`: record the time from the control change to the painted figures."
-    if isinstance(content, dict) and content.get('type') == 'hello' and self.timeline is not None and self.total_seconds is None:
-        return self.probe.send(dict(type='watch', seq=self.redraws, plots=1 + bool(self._memory), id=self.probe.model_id))
     if not isinstance(content, dict) or content.get('type') != 'rendered' or content.get('seq') != self.redraws: return
-    if content.get('timeout'): return self._status('the browser did not draw within 10 minutes')
+    if self.total_seconds is not None: return   # another page (or a reloaded one) painted it too: the first receipt stands
     self.total_seconds = time.perf_counter() - self._t_start
     self.render_seconds = self.total_seconds - self.seconds
     self._status(f"shown in <b data-total-ms='{self.total_seconds * 1000:.0f}'>{self.total_seconds * 1000:.0f} ms</b> "
