@@ -92,11 +92,11 @@ def reload_until(page, probe, predicate, timeout=120, what='the page after a rel
         page.reload()
         page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=120_000)
         try: return wait_for(page, probe, predicate, timeout, what), reloads
-        except AssertionError:
-            if not page.locator('.jp-OutputArea-output', has_text=LOST_MODEL).count(): raise
-        hint = page.locator('.chimera-rerun').first
-        assert hint.is_visible() and 'Reload the page' in hint.inner_text(), 'a widget JupyterLab lost must say what to do'
-        print('JupyterLab lost a widget model restoring the page and it was not redrawn: reloading, as the hint says')
+        except AssertionError as e:
+            if page.locator('.jp-OutputArea-output', has_text=LOST_MODEL).count():
+                hint = page.locator('.chimera-rerun').first
+                assert hint.is_visible() and 'Reload the page' in hint.inner_text(), 'a widget JupyterLab lost must say what to do'
+            print(f'not restored after reload {reloads} ({e}): reloading again, as the hint says')
     raise AssertionError(f"{what}: three reloads did not bring the widget back, though the kernel is alive")
 
 
@@ -104,6 +104,8 @@ def run_all(page, tries=5):
     "Run > Run All Cells, again until the cells show they ran (a click can land before the notebook is ready)."
     prompts = page.locator('.jp-Notebook .jp-InputPrompt')
     for _ in range(tries):
+        choose = page.locator('.jp-Dialog', has_text='Select Kernel')   # JupyterLab sometimes asks (a loaded server):
+        if choose.count(): choose.locator('button', has_text='Select').click()   # take the one it offers, as a user does
         page.locator('.jp-Notebook .jp-Cell').first.click()
         page.keyboard.press('Escape')
         page.locator('.lm-MenuBar-itemLabel', has_text='Run').first.click()
