@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 DATA_STAMP := $(VENV)/.data-installed
 JUPYTER_CFG := $(HOME)/.jupyter/jupyter_server_config.py
 
-.PHONY: install data demo test export check bench readme docs
+.PHONY: install data demo test test-extra test-all export check bench readme docs
 
 $(STAMP): pyproject.toml tools/jupyter_save_hook.py
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,8 +32,29 @@ install: $(STAMP) $(DATA_STAMP)
 demo: install
 	$(VENV)/bin/chimera-nb demo
 
+# the tiers (tests/conftest.py). `make test`, the default tier in two phases: everything but the browser on xdist workers
+# (the SLURM tests in one group: one cluster), then the browser tests alone, so no reload is timed beside the rest.
+# Then the 15 slowest tests and the totals. Each phase runs even when the other fails; make fails if either did.
+# Two workers, one per core (three starved the SLURM jobs: their tests timed out waiting for steps).
+PYTEST  := $(PY) -m pytest -p no:cacheprovider
+WORKERS ?= 2
+REPORTS := build/test-reports
 test: install
-	$(PY) -m pytest
+	@rm -rf $(REPORTS); mkdir -p $(REPORTS); rc=0; \
+	$(PYTEST) -n $(WORKERS) --dist loadgroup -m "not browser and not slow and not timing" --junitxml=$(REPORTS)/1-default.xml || rc=$$?; \
+	$(PYTEST) -m "browser and not slow and not timing" --junitxml=$(REPORTS)/2-browser.xml || rc=$$?; \
+	$(PY) tools/slowest.py $(REPORTS)/1-default.xml $(REPORTS)/2-browser.xml; exit $$rc
+
+# what `make test` leaves out: the slow forms, every Hypothesis property with all its examples (profile ci), the experiment
+# notebooks at their small size; then the timing tier alone (CHIMERA_TIMING=1: the wall-clock bounds are judged)
+test-extra: install
+	@mkdir -p $(REPORTS); rc=0; \
+	HYPOTHESIS_PROFILE=ci CHIMERA_EXPERIMENT_SIZE=small $(PYTEST) -n $(WORKERS) --dist loadgroup \
+	  -m "(slow or fuzz or experiment) and not browser and not timing" --junitxml=$(REPORTS)/3-extra.xml || rc=$$?; \
+	CHIMERA_TIMING=1 $(PYTEST) -m "timing or timed" --junitxml=$(REPORTS)/4-timing.xml || rc=$$?; \
+	$(PY) tools/slowest.py $(REPORTS)/3-extra.xml $(REPORTS)/4-timing.xml; exit $$rc
+
+test-all: test test-extra
 
 # after editing notebooks: write the package from them and strip outputs/metadata
 export: install

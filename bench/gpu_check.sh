@@ -4,6 +4,7 @@
 #   here, on a CPU, to check the script: PYTHON=.venv/bin/python BENCH_ARGS=--quick GPU_CHECK_SECONDS=300 bash bench/gpu_check.sh
 # - Python packages the image lacks travel as wheels in .whl/ (fastcore: every chimera_nb module imports it; plotly for
 #   the figures, which these checks do not draw): installed into /tmp/site, no index, no dependencies.
+# - The data packages' files (the Wikipedia slice, BERT's vocabulary) travel in .whl/data-site: bench/pack_gpu_data.py.
 # - The package runs from this checkout: PYTHONPATH=$PWD (nothing installed).
 # - Logs go to $OUT (the device tool's folder that comes back), else out/gpu-check/: env.txt, pytest.log, bench.log,
 #   bench_rows.jsonl (one JSON row per finished measurement, kept if the benchmark is cut off).
@@ -28,6 +29,9 @@ else
   echo "gpu_check: no .whl/ here (carry it): fastcore must already be importable"
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
+
+# the data packages' files (bench/pack_gpu_data.py packs them here): found through their metadata, as when installed
+[ -d .whl/data-site ] && export PYTHONPATH=$PYTHONPATH:$PWD/.whl/data-site
 
 {
   echo "== $(date -u +%FT%TZ) $(hostname) $(uname -r), $(nproc) cores"

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/spec.html.md"""
 __all__ = ['DTYPES', 'EXIT_REQUEUE', 'field_docs', 'PipelineSpec', 'layouts', 'TrainConfig', 'upgrade_keys', 'split_keys']
 
 # %% ../nbs/00b_spec.ipynb #08653ab5
-import dataclasses, functools, hashlib, inspect, json, math, numbers, os, re, typing
+import dataclasses, difflib, functools, hashlib, inspect, json, math, numbers, os, re, typing
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from pathlib import Path
@@ -438,7 +438,10 @@ def split_keys(d:dict, what:str='a config') -> tuple:
     if not isinstance(nested, dict): raise SpecError(f"{what}: spec must be a table of key = value")
     flat = {k: v for k, v in d.items() if k != 'spec'}
     if bad := sorted((set(flat) - sk - tk) | (set(nested) - sk)):
-        raise SpecError(f"{what} has unknown keys {bad}: spec keys are {', '.join(sorted(sk))}; training keys {', '.join(sorted(tk))}")
+        shown = [b if len(b) <= 40 else b[:40] + '...' for b in bad[:5]]   # a line, whatever a file holds
+        near = [f"{s!r}: did you mean {m[0]!r}?" for b, s in zip(bad, shown) for m in [difflib.get_close_matches(b, sk | tk, 1)] if m]
+        raise SpecError(f"{what} has unknown keys {shown}{' and more' if len(bad) > 5 else ''}{' (' + '; '.join(near) + ')' if near else ''}: "
+                        f"the keys are {', '.join(sorted(sk | tk))}")
     return {**{k: v for k, v in flat.items() if k in sk}, **nested}, {k: v for k, v in flat.items() if k in tk}
 
 # %% ../nbs/00b_spec.ipynb #31b4bcad

@@ -3,6 +3,7 @@
     python docs/build_docs.py                       # build/docs/ (the pages) and _site/ (the site); what `make docs` runs
     python docs/build_docs.py --execute 02_viz      # execute only these notebooks (the docs test); the others carry a note
     python docs/build_docs.py --execute none        # no notebook executed (a minute: for layout work)
+    python docs/build_docs.py --notebooks 00_schedules 02_viz   # these notebook pages only, the index and API pages (the docs test)
 
 Open `_site/index.html` in a browser: the site works from the files (file://), offline, with search. One line why per choice:
 - mkdocs-material + mkdocs-jupyter, not Quarto: Quarto (nbdev's renderer) cannot be installed offline.
@@ -345,11 +346,13 @@ def render(path:Path, executed=None, js:str='assets/javascripts/plotly.min.js', 
 
 # ---------------------------------------------------------------------------------------------------------------------
 
-def _notebooks() -> list:
-    return [nb for nb in sorted((ROOT / 'nbs').glob('*.ipynb')) if not nb.name.startswith('_')]
+def _notebooks(only:set|None=None) -> list:
+    "The notebooks with a page: every one in nbs/, or the index and the stems in `only`."
+    return [nb for nb in sorted((ROOT / 'nbs').glob('*.ipynb'))
+            if not nb.name.startswith('_') and (only is None or nb.stem in only or nb.name == 'index.ipynb')]
 
 
-def stage(out:Path=STAGE, execute_only:set|None=None, use_cache:bool=True) -> list:
+def stage(out:Path=STAGE, execute_only:set|None=None, use_cache:bool=True, notebooks:set|None=None) -> list:
     """Write the site's sources into `out`: index and notebooks (rendered, executed unless in NOT_EXECUTED or outside
     `execute_only`), the API pages and the assets; their paths."""
     if out.exists(): shutil.rmtree(out)
@@ -361,7 +364,7 @@ def stage(out:Path=STAGE, execute_only:set|None=None, use_cache:bool=True) -> li
     sys.path.insert(0, str(ROOT))
     (CACHE / 'kernels.log').unlink(missing_ok=True)
     written, pkg_hash, t0 = [], _source_hash(), time.time()
-    for nb in _notebooks():
+    for nb in _notebooks(notebooks):
         dest = out / 'index.ipynb' if nb.name == 'index.ipynb' else out / 'notebooks' / nb.name
         why_not = NOT_EXECUTED.get(nb.stem)
         if why_not is None and execute_only is not None and nb.stem not in execute_only:
@@ -389,13 +392,14 @@ def main(argv=None):
     ap.add_argument('--execute', nargs='+', metavar='NOTEBOOK',
                     help="execute only these notebooks (stems, e.g. 02_viz), or 'none'; default: all but NOT_EXECUTED")
     ap.add_argument('--no-cache', action='store_true', help='execute again even when build/docs-cache has the result')
+    ap.add_argument('--notebooks', nargs='+', metavar='NOTEBOOK', help="pages for these notebooks only (and the index); default: all")
     a = ap.parse_args(argv)
     only = None if a.execute is None else {s.removesuffix('.ipynb') for s in a.execute if s != 'none'}
-    if only:
-        unknown = only - {p.stem for p in _notebooks()}
-        if unknown: ap.error(f"no such notebook in nbs/: {', '.join(sorted(unknown))}")
+    pages_of = None if a.notebooks is None else {s.removesuffix('.ipynb') for s in a.notebooks}
+    for names in (only, pages_of):
+        if unknown := (names or set()) - {p.stem for p in _notebooks()}: ap.error(f"no such notebook in nbs/: {', '.join(sorted(unknown))}")
     out = Path(a.stage).resolve()
-    pages = stage(out, execute_only=only, use_cache=not a.no_cache)
+    pages = stage(out, execute_only=only, use_cache=not a.no_cache, notebooks=pages_of)
     from mkdocs.config import load_config
     from mkdocs.commands.build import build
     rel = lambda p: str(p.relative_to(out))

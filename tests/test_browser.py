@@ -12,11 +12,11 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
-from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot, wait_for, close_sessions, reload_until, CHROMIUM
+from lab_server import run_all, screenshot, wait_for, reload_until, CHROMIUM
 
-
-
-pytestmark = [pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
+# the session's JupyterLab (`lab`) and Chromium (`pages`: a fresh context per test, a screenshot when it fails) are tests/conftest.py's
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                                  reason=f"no Chromium at {CHROMIUM}: install it (Debian: apt-get install chromium) to run the browser test"),
               pytest.mark.timeout(300)]
 
@@ -47,16 +47,12 @@ RELOAD = {**NOTEBOOK, "cells": [
      "source": "from chimera_nb.explore import explorer\nex = explorer('chimera', 4, 8)\nex"}]}
 
 
-@pytest.fixture(scope='module')
-def lab(tmp_path_factory):
-    "One JupyterLab server for the module's tests, on a free port serving a temp root with their notebooks; yields (url, root, log)."
-    tmp_path = tmp_path_factory.mktemp('lab')
-    root = tmp_path / 'root'
-    root.mkdir()
-    (root / 'explorer.ipynb').write_text(json.dumps(NOTEBOOK))
-    (root / 'playground.ipynb').write_text(json.dumps(PLAYGROUND))
-    (root / 'reload.ipynb').write_text(json.dumps(RELOAD))
-    with jupyter_lab(root, tmp_path) as server: yield server
+@pytest.fixture(scope='module', autouse=True)
+def notebooks(jupyter):
+    "This module's notebooks, written into the session's JupyterLab root; the app notebook's text as `chimera-nb lab` wrote it."
+    for name, nb in (('explorer', NOTEBOOK), ('playground', PLAYGROUND), ('reload', RELOAD), ('playground-reload', PLAYGROUND_RELOAD)):
+        (jupyter['root'] / f'{name}.ipynb').write_text(json.dumps(nb))
+    return (jupyter['root'] / 'chimera-playground.ipynb').read_text()   # before a test saves it with outputs
 
 
 def _plot_paths(page) -> int:
@@ -153,131 +149,133 @@ def _redraw_no(page) -> int:
     return max((p['redraw'] or 0 for p in ps), default=0)
 
 
-def test_explorer_in_jupyterlab(lab, tmp_path):
+def test_explorer_in_jupyterlab(lab, pages, tmp_path):
     timings = {}
-    with chromium() as browser:
-        try:
-            page, errors = open_notebook(browser, lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
-            run_all(page)
+    page, errors = pages.notebook(lab, 'explorer.ipynb', height=800)   # errors: the page's own, shown when the test fails
+    run_all(page)
 
-            # rendered: the timeline's SVG bars, one path per bar of the figure; the status has the browser's time
-            page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
-            first = _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
-            assert first > 64   # 64 actions plus the idle bubbles
-            r = _redraw_no(page)
-            _settled(page, r)
-            timings['first draw (D=4, N=8)'] = _timing_ms(page)
+    # rendered: the timeline's SVG bars, one path per bar of the figure; the status has the browser's time
+    page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
+    first = _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
+    assert first > 64   # 64 actions plus the idle bubbles
+    r = _redraw_no(page)
+    _settled(page, r)
+    timings['first draw (D=4, N=8)'] = _timing_ms(page)
 
-            # the legend: every item inside the figure and the 1280 px window, no scroll bar (with an all-reduce lane)
-            _type(page, 'all-reduce', 1.5)
-            _settled(page, r + 1); r += 1
-            leg = page.evaluate(LEGEND_JS)
-            texts = [i['text'] for i in leg['items']]
-            assert any('gradient all-reduce' in t for t in texts) and any('down' in t for t in texts), texts
-            assert leg['scrollbar'] == 0, leg
-            for i in leg['items']:
-                assert leg['svg']['l'] <= i['l'] and i['r'] <= min(leg['svg']['r'], leg['width']) + 0.5, (i, leg['svg'])
-                assert leg['svg']['t'] <= i['t'] and i['b'] <= leg['svg']['b'] + 0.5, (i, leg['svg'])
-            page.locator('.chimera-explorer .js-plotly-plot').first.scroll_into_view_if_needed()
-            screenshot(page, tmp_path, '1-legend-1280x800.png', full=False)
+    # the legend: every item inside the figure and the 1280 px window, no scroll bar (with an all-reduce lane)
+    _type(page, 'all-reduce', 1.5)
+    _settled(page, r + 1); r += 1
+    leg = page.evaluate(LEGEND_JS)
+    texts = [i['text'] for i in leg['items']]
+    assert any('gradient all-reduce' in t for t in texts) and any('down' in t for t in texts), texts
+    assert leg['scrollbar'] == 0, leg
+    for i in leg['items']:
+        assert leg['svg']['l'] <= i['l'] and i['r'] <= min(leg['svg']['r'], leg['width']) + 0.5, (i, leg['svg'])
+        assert leg['svg']['t'] <= i['t'] and i['b'] <= leg['svg']['b'] + 0.5, (i, leg['svg'])
+    page.locator('.chimera-explorer .js-plotly-plot').first.scroll_into_view_if_needed()
+    screenshot(page, tmp_path, '1-legend-1280x800.png', full=False)
 
-            # type a new D: the plot redraws with the bars of D=8
-            _type(page, 'all-reduce', 0)
-            _settled(page, r + 1); r += 1
-            _type(page, 'D (stages)', 8)
-            # by number, not by bars: plotly paints a redraw's new bars before its layout (and its meta.redraw number)
-            _settled(page, r + 1); r += 1
-            n8 = _wait_paths(page, lambda n: n == _expected_bars('chimera', 8, 8))
-            assert n8 != first
-            _type(page, 'N (micro-batches)', 16)   # DualPipeV needs N >= 2D
-            _settled(page, r + 1); r += 1
+    # type a new D: the plot redraws with the bars of D=8
+    _type(page, 'all-reduce', 0)
+    _settled(page, r + 1); r += 1
+    _type(page, 'D (stages)', 8)
+    # by number, not by bars: plotly paints a redraw's new bars before its layout (and its meta.redraw number)
+    _settled(page, r + 1); r += 1
+    n8 = _wait_paths(page, lambda n: n == _expected_bars('chimera', 8, 8))
+    assert n8 != first
+    _type(page, 'N (micro-batches)', 16)   # DualPipeV needs N >= 2D
+    _settled(page, r + 1); r += 1
 
-            # switch schedules in sequence: the memory plot's DOM holds exactly each schedule's closed-form lines
-            seen = []
-            for name, paper in (('gpipe', ['paper 16']), ('chimera', ['paper min 5', 'paper max 8']), ('dualpipev', []),
-                                ('1f1b', ['paper min 1', 'paper max 8'])):
-                _select(page, 'schedule', name)
-                tl_plot, mem = _settled(page, r + 1); r += 1
-                assert mem['shapes'] == len(paper) and sorted(mem['paperText']) == sorted(paper), (name, mem)
-                assert tl_plot['bars'] == _expected_bars(name, 8, 16), (name, tl_plot)
-                seen.append((name, mem['shapes']))
-                if name == 'gpipe':
-                    screenshot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
-            print('memory-plot shapes per schedule:', seen)
-            screenshot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+    # switch schedules in sequence: the memory plot's DOM holds exactly each schedule's closed-form lines
+    seen = []
+    for name, paper in (('gpipe', ['paper 16']), ('chimera', ['paper min 5', 'paper max 8']), ('dualpipev', []),
+                        ('1f1b', ['paper min 1', 'paper max 8'])):
+        _select(page, 'schedule', name)
+        tl_plot, mem = _settled(page, r + 1); r += 1
+        assert mem['shapes'] == len(paper) and sorted(mem['paperText']) == sorted(paper), (name, mem)
+        assert tl_plot['bars'] == _expected_bars(name, 8, 16), (name, tl_plot)
+        seen.append((name, mem['shapes']))
+        if name == 'gpipe':
+            screenshot(page, tmp_path, '2-gpipe-D8-N16-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+    print('memory-plot shapes per schedule:', seen)
+    screenshot(page, tmp_path, '3-after-switching-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
 
-            # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
-            _type(page, 'N (micro-batches)', 0)
-            page.wait_for_selector('.chimera-explorer :text("choose at least 1 micro-batch")', timeout=90_000)
-            _type(page, 'N (micro-batches)', 8)
-            _settled(page, r + 1); r += 1
-            _select(page, 'schedule', 'chimera')
-            _settled(page, r + 1); r += 1
-            _type(page, 'D (stages)', 5)
-            page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=90_000)
-            assert _plot_paths(page) == _expected_bars('chimera', 8, 8)
-            assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
-            screenshot(page, tmp_path, '4-error.png')
-            _type(page, 'D (stages)', 4)
-            _settled(page, r + 1); r += 1
+    # N = 0 is refused with a message (the box keeps 0); an odd D for Chimera too; the last good plot stays
+    _type(page, 'N (micro-batches)', 0)
+    page.wait_for_selector('.chimera-explorer :text("choose at least 1 micro-batch")', timeout=90_000)
+    _type(page, 'N (micro-batches)', 8)
+    _settled(page, r + 1); r += 1
+    _select(page, 'schedule', 'chimera')
+    _settled(page, r + 1); r += 1
+    _type(page, 'D (stages)', 5)
+    page.wait_for_selector('.chimera-explorer :text("even number of stages")', timeout=90_000)
+    assert _plot_paths(page) == _expected_bars('chimera', 8, 8)
+    assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+    screenshot(page, tmp_path, '4-error.png')
+    _type(page, 'D (stages)', 4)
+    _settled(page, r + 1); r += 1
 
-            # a save button writes its file next to the notebook and says where
-            page.locator('.chimera-explorer button', has_text='CSV').first.click()
-            page.wait_for_selector('.chimera-explorer :text("saved")', timeout=90_000)
-            saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
-            from chimera_nb.schedules import make_schedule
-            from chimera_nb.ir import Schedule
-            wait_for(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
-            assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
+    # a save button writes its file next to the notebook and says where
+    page.locator('.chimera-explorer button', has_text='CSV').first.click()
+    page.wait_for_selector('.chimera-explorer :text("saved")', timeout=90_000)
+    saved = lab['root'] / 'explorer-out' / 'chimera-D4-N8.csv'
+    from chimera_nb.schedules import make_schedule
+    from chimera_nb.ir import Schedule
+    wait_for(page, lambda p: saved.exists(), bool, 10, 'the saved CSV')
+    assert Schedule.from_csv(saved.read_text()).orders == make_schedule('chimera', 4, 8).orders
 
-            # PNG through kaleido: saved and said so, and nothing else printed (a traceback in the page or the server's log)
-            log0 = len(lab['log'].read_text())
-            page.locator('.chimera-explorer button', has_text='PNG').first.click()
-            png = lab['root'] / 'explorer-out' / 'chimera-D4-N8.png'
-            page.wait_for_selector('.chimera-explorer :text("chimera-D4-N8.png")', timeout=90_000)
-            assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
-            page.wait_for_timeout(1000)
-            printed = lab['log'].read_text()[log0:]
-            print('server log while saving the PNG:', printed[-1500:] or '(nothing)')
-            assert 'Traceback' not in printed and '{"' not in printed, printed[-3000:]
-            assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
+    # PNG through kaleido: saved and said so, and nothing else printed (a traceback in the page or the server's log)
+    log0 = len(lab['log'].read_text())
+    page.locator('.chimera-explorer button', has_text='PNG').first.click()
+    png = lab['root'] / 'explorer-out' / 'chimera-D4-N8.png'
+    page.wait_for_selector('.chimera-explorer :text("chimera-D4-N8.png")', timeout=90_000)
+    assert png.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+    page.wait_for_timeout(1000)
+    printed = lab['log'].read_text()[log0:]
+    print('server log while saving the PNG:', printed[-1500:] or '(nothing)')
+    assert 'Traceback' not in printed and '{"' not in printed, printed[-3000:]
+    assert page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]').count() == 0
 
-            # JupyterLab's dark theme: the page probe tells Python, the figures redraw dark
-            page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
-            ps = wait_for(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
-            assert all(p['paper'] == 'rgb(17,17,17)' for p in ps), ps
-            page.wait_for_timeout(500)
-            dark = screenshot(page, tmp_path, '5-dark.png', full=False)
-            screenshot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
-            r = _redraw_no(page)
-            _settled(page, r)
+    # JupyterLab's dark theme: the page probe tells Python, the figures redraw dark
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+    ps = wait_for(page, _plots, lambda ps: len(ps) == 2 and all(p['theme'] == 'dark' for p in ps), 60, 'the dark redraw')
+    assert all(p['paper'] == 'rgb(17,17,17)' for p in ps), ps
+    page.wait_for_timeout(500)
+    dark = screenshot(page, tmp_path, '5-dark.png', full=False)
+    screenshot(page, tmp_path, '5-dark-memory.png', element=page.locator('.chimera-explorer .js-plotly-plot').nth(1))
+    r = _redraw_no(page)
+    _settled(page, r)
 
-            # the largest sizes the controls allow: D=64, N=512 draws summarised; the page stays responsive
-            _type(page, 'D (stages)', 64)           # N = 8 is no multiple of 64: a message, no redraw
-            page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=90_000)
-            t = time.time()
-            _type(page, 'N (micro-batches)', 512)
-            tl_plot, mem = _settled(page, r + 1); r += 1
-            timings['D=64, N=512 (page wait)'] = round((time.time() - t) * 1000)
-            timings['D=64, N=512 (status)'] = _timing_ms(page)
-            assert tl_plot['raster'] == 1 and tl_plot['bars'] == 0, tl_plot
-            screenshot(page, tmp_path, '6-D64-N512.png', full=False)
-            t = time.time()
-            _type(page, 'D (stages)', 4)           # the next change reaches Python and redraws
-            tl_plot, mem = _settled(page, r + 1); r += 1
-            timings['next change after D=64 (page wait)'] = round((time.time() - t) * 1000)
-            _type(page, 'N (micro-batches)', 8)
-            _settled(page, r + 1); r += 1
-            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
-            print('timings (ms):', timings)
-            assert timings['D=64, N=512 (page wait)'] < 60_000 and timings['next change after D=64 (page wait)'] < 15_000, timings
-            print(f"screenshots in {tmp_path}")
-            assert dark.stat().st_size > 10_000
-        except BaseException:
-            print('page errors:', *errors[-20:], sep='\n  ')
-            try: screenshot(page, tmp_path, 'explorer-failure.png')
-            except Exception: pass
-            raise
+    print('timings (ms):', timings)   # bounded waits, not a time limit (the largest size, timed: test_explorer_redraws_the_largest_size_in_time)
+    print(f"screenshots in {tmp_path}")
+    assert dark.stat().st_size > 10_000
+    page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")   # the server's setting: the next tests' pages
+
+
+@pytest.mark.timing
+def test_explorer_redraws_the_largest_size_in_time(lab, pages, tmp_path):
+    """D = 64, N = 512 (the largest the controls allow) drawn summarised (a raster, no bars) within 60 s, and the next change
+    redrawn within 15 s: the page stays usable. Generous on purpose: on this 2-core machine the two take about 3-10 s and
+    1-3 s, more under load."""
+    page, errors = pages.notebook(lab, 'explorer.ipynb', height=800)
+    run_all(page)
+    _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8))
+    r = _redraw_no(page)
+    _settled(page, r)
+    _type(page, 'D (stages)', 64)           # N = 8 is no multiple of 64: a message, no redraw
+    page.wait_for_selector('.chimera-explorer :text("multiple of D=64")', timeout=90_000)
+    t = time.time()
+    _type(page, 'N (micro-batches)', 512)
+    tl_plot, _ = _settled(page, r + 1)
+    large = time.time() - t
+    assert tl_plot['raster'] == 1 and tl_plot['bars'] == 0, tl_plot
+    screenshot(page, tmp_path, 'D64-N512.png', full=False)
+    t = time.time()
+    _type(page, 'D (stages)', 4)
+    _settled(page, r + 2)
+    after = time.time() - t
+    print(f"D=64, N=512 drawn in {large:.1f} s; the next change in {after:.1f} s")
+    assert large < 60 and after < 15, (large, after)
 
 
 FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook').getBoundingClientRect();
@@ -326,108 +324,93 @@ def _fits_at(page, tmp_path, width, name, sidebar:bool):
     return found[2]
 
 
-def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, tmp_path):
+def test_playground_choice_reaches_controls_plot_prediction_and_form(lab, pages, tmp_path):
     "Choose ZB-H1 W=2 D=4 N=8 in the playground: the explorer's controls and plot, the prediction and the SLURM form show it."
-    with chromium() as browser:
-        try:
-            page, errors = open_notebook(browser, lab, 'playground.ipynb')
-            run_all(page)
-            choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
-            choice.wait_for(timeout=120_000)
-            wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 120, 'the ranking')
-            options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
-            label = next((o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o), None)
-            assert label is not None, options
-            choice.select_option(index=options.index(label))
-            ex = page.locator('.chimera-explorer')
-            sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
-            box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
-            wait_for(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
-            wait_for(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _playground_bars('zb-h1', 2, 4, 4, 8), 60, 'the plot')
-            screenshot(page, tmp_path, 'playground-3-explorer.png', element=ex)
-            title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')   # SVG: no innerText
-            wait_for(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
-            screenshot(page, tmp_path, 'playground-1-chosen.png', full=True)
-            page.locator('button', has_text='SLURM job').click()
-            form = page.locator('.widget-text', has_text='run folder').locator('input')
-            form.wait_for(timeout=60_000)
-            wait_for(page, lambda p: form.input_value(), lambda v: v.startswith('runs/zb-h1-bert-48-W2D4'), 30, 'the run folder')
-            summary = page.locator('.widget-html', has_text='ranks = nodes').first.inner_text()
-            assert 'zb-h1' in summary and 'W=2 D=4 B=4 N=8' in summary and 'bfloat16' in summary, summary
-            nodes = page.locator('.widget-inline-hbox', has_text='nodes').locator('input').first.input_value()
-            gpn = page.locator('.widget-inline-hbox', has_text='GPUs per node').locator('input').first.input_value()
-            assert int(nodes) * int(gpn) == 8, (nodes, gpn)
-            # the form sits right under the choice it was opened for, not below the whole app
-            y = lambda loc: loc.bounding_box()['y']
-            assert y(form) < y(ex.locator('.js-plotly-plot').first), 'the form should appear above the explorer, next to its button'
-            form.scroll_into_view_if_needed()
-            screenshot(page, tmp_path, 'playground-2-form.png', full=False)
+    page, errors = pages.notebook(lab, 'playground.ipynb')
+    run_all(page)
+    choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
+    choice.wait_for(timeout=120_000)
+    wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 120, 'the ranking')
+    options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
+    label = next((o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o), None)
+    assert label is not None, options
+    choice.select_option(index=options.index(label))
+    ex = page.locator('.chimera-explorer')
+    sel = lambda what: ex.locator('.widget-dropdown', has_text=what).locator('select').input_value()
+    box = lambda what: ex.locator('.widget-inline-hbox', has_text=what).locator('input').first.input_value()
+    wait_for(page, lambda p: (sel('schedule'), box('D (stages)'), box('N (micro-batches)')), lambda v: v == ('zb-h1', '4', '8'), 60, 'the controls')
+    wait_for(page, lambda p: ex.locator('.js-plotly-plot .barlayer path').count(), lambda n: n == _playground_bars('zb-h1', 2, 4, 4, 8), 60, 'the plot')
+    screenshot(page, tmp_path, 'playground-3-explorer.png', element=ex)
+    title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')   # SVG: no innerText
+    wait_for(page, title, lambda ts: any('zb-h1' in x and 'predicted' in x for x in ts), 60, 'the prediction')
+    screenshot(page, tmp_path, 'playground-1-chosen.png', full=True)
+    page.locator('button', has_text='SLURM job').click()
+    form = page.locator('.widget-text', has_text='run folder').locator('input')
+    form.wait_for(timeout=60_000)
+    wait_for(page, lambda p: form.input_value(), lambda v: v.startswith('runs/zb-h1-bert-48-W2D4'), 30, 'the run folder')
+    summary = page.locator('.widget-html', has_text='ranks = nodes').first.inner_text()
+    assert 'zb-h1' in summary and 'W=2 D=4 B=4 N=8' in summary and 'bfloat16' in summary, summary
+    nodes = page.locator('.widget-inline-hbox', has_text='nodes').locator('input').first.input_value()
+    gpn = page.locator('.widget-inline-hbox', has_text='GPUs per node').locator('input').first.input_value()
+    assert int(nodes) * int(gpn) == 8, (nodes, gpn)
+    # the form sits right under the choice it was opened for, not below the whole app
+    y = lambda loc: loc.bounding_box()['y']
+    assert y(form) < y(ex.locator('.js-plotly-plot').first), 'the form should appear above the explorer, next to its button'
+    form.scroll_into_view_if_needed()
+    screenshot(page, tmp_path, 'playground-2-form.png', full=False)
 
-            # fits the window: 1280 px with the file browser open, 800 px, 1920 px: every control and plot inside the notebook
-            page.locator('.widget-button', has_text='Tune').scroll_into_view_if_needed()
-            seen = {}
-            for width, name, sidebar in ((1280, '1280-filebrowser', True), (800, '800', False), (1920, '1920', False)):
-                f = _fits_at(page, tmp_path, width, name, sidebar)
-                seen[name] = (len(f['controls']), len(f['plots']), round(f['nb']['r'] - f['nb']['l']))
-            print('fits (controls, plots, notebook px):', seen)
-            print(f"screenshots in {tmp_path}")
-        except BaseException:
-            print('page errors:', *errors[-20:], sep='\n  ')
-            try: screenshot(page, tmp_path, 'playground-failure.png')
-            except Exception: pass
-            raise
+    # fits the window: 1280 px with the file browser open, 800 px, 1920 px: every control and plot inside the notebook
+    page.locator('.widget-button', has_text='Tune').scroll_into_view_if_needed()
+    seen = {}
+    for width, name, sidebar in ((1280, '1280-filebrowser', True), (800, '800', False), (1920, '1920', False)):
+        f = _fits_at(page, tmp_path, width, name, sidebar)
+        seen[name] = (len(f['controls']), len(f['plots']), round(f['nb']['r'] - f['nb']['l']))
+    print('fits (controls, plots, notebook px):', seen)
+    print(f"screenshots in {tmp_path}")
 
 
 RERUN = 'run this cell again'
 
 
-def test_explorer_survives_reload(lab, tmp_path):
+def test_explorer_survives_reload(lab, pages, tmp_path):
     "Reload the page: the displayed explorer redraws from its models; restart the kernel and reload: one line says what to re-run."
-    close_sessions(lab)
-    with chromium() as browser:
-        try:
-            page, errors = open_notebook(browser, lab, 'reload.ipynb')
-            run_all(page)
-            page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
-            wait_for(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
-            hint = page.locator('.chimera-rerun')
-            assert hint.count() == 1 and not hint.is_visible()          # the live explorer hides its re-run line
-            page.keyboard.press('Control+s')                              # outputs saved: a reload shows them again
-            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+    page, errors = pages.notebook(lab, 'reload.ipynb')
+    run_all(page)
+    page.wait_for_selector('.chimera-explorer .js-plotly-plot .barlayer path', timeout=120_000)
+    wait_for(page, _timing_ms, lambda v: v is not None, 60, 'the status timing')
+    hint = page.locator('.chimera-rerun')
+    assert hint.count() == 1 and not hint.is_visible()          # the live explorer hides its re-run line
+    page.keyboard.press('Control+s')                              # outputs saved: a reload shows them again
+    wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
 
-            t = time.time()                                               # 1. reload, kernel alive: drawn from the models
-            bars = lambda p: p.locator('.chimera-explorer .js-plotly-plot').first.locator('.barlayer path').count()
-            _, reloads = reload_until(page, bars, lambda n: n == _expected_bars('chimera', 4, 8), 60, 'the timeline after a reload')
-            wait_for(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
-            reload_s = time.time() - t
-            text = page.locator('.jp-OutputArea').first.inner_text()
-            assert 'drawing in the browser' not in text, text[-500:]
-            assert not page.locator('.chimera-rerun').is_visible()
-            screenshot(page, tmp_path, 'reload-1-redrawn.png', full=False)
+    t = time.time()                                               # 1. reload, kernel alive: drawn from the models
+    bars = lambda p: p.locator('.chimera-explorer .js-plotly-plot').first.locator('.barlayer path').count()
+    _, reloads = reload_until(page, bars, lambda n: n == _expected_bars('chimera', 4, 8), 60, 'the timeline after a reload')
+    wait_for(page, _timing_ms, lambda v: v is not None, 30, 'the status timing after the reload')
+    reload_s = time.time() - t
+    text = page.locator('.jp-OutputArea').first.inner_text()
+    assert 'drawing in the browser' not in text, text[-500:]
+    assert not page.locator('.chimera-rerun').is_visible()
+    screenshot(page, tmp_path, 'reload-1-redrawn.png', full=False)
 
-            page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
-            page.locator('.jp-Dialog button', has_text='Restart').click()
-            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
-            page.reload()
-            page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-            line = page.locator('.chimera-rerun')
-            line.wait_for(state='visible', timeout=60_000)                 # says what to re-run, in one line
-            assert RERUN in line.inner_text() and line.bounding_box()['height'] < 40, line.inner_text()
-            assert page.locator('.chimera-explorer .js-plotly-plot').count() == 0
-            screenshot(page, tmp_path, 'reload-2-after-restart.png', full=False)
-            run_all(page)                                                 # re-running draws it again, and hides the line
-            _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 120)
-            wait_for(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
-            print(f"reload to a timed redraw: {reload_s:.1f} s ({reloads} reload(s), redrawn by the restorer: "
-                  f"{sum('[chimera] redrew' in e for e in errors)}); screenshots in {tmp_path}")
-            assert not [e for e in errors if 'could not redraw' in e], errors
-            if [e for e in errors if 'Failed to initialize' in e]:   # anywidget's 2 s start-up limit: the probe still reports
-                print('anywidget gave up starting the page probe under load; the timing came all the same')
-        except BaseException:
-            print('page errors:', *errors[-20:], sep='\n  ')
-            try: screenshot(page, tmp_path, 'reload-failure.png')
-            except Exception: pass
-            raise
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
+    page.locator('.jp-Dialog button', has_text='Restart').click()
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+    page.reload()
+    page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+    line = page.locator('.chimera-rerun')
+    line.wait_for(state='visible', timeout=60_000)                 # says what to re-run, in one line
+    assert RERUN in line.inner_text() and line.bounding_box()['height'] < 40, line.inner_text()
+    assert page.locator('.chimera-explorer .js-plotly-plot').count() == 0
+    screenshot(page, tmp_path, 'reload-2-after-restart.png', full=False)
+    run_all(page)                                                 # re-running draws it again, and hides the line
+    _wait_paths(page, lambda n: n == _expected_bars('chimera', 4, 8), 120)
+    wait_for(page, lambda p: line.is_visible(), lambda v: not v, 30, 'the hidden re-run line')
+    print(f"reload to a timed redraw: {reload_s:.1f} s ({reloads} reload(s), redrawn by the restorer: "
+          f"{sum('[chimera] redrew' in e for e in errors)}); screenshots in {tmp_path}")
+    assert not [e for e in errors if 'could not redraw' in e], errors
+    if [e for e in errors if 'Failed to initialize' in e]:   # anywidget's 2 s start-up limit: the probe still reports
+        print('anywidget gave up starting the page probe under load; the timing came all the same')
 
 
 @pytest.fixture
@@ -459,66 +442,66 @@ def _playground_state(page) -> dict:
                 form=form.input_value(timeout=5000) if form.count() else None)
 
 
-def test_every_playground_widget_survives_reload_under_load(lab, tmp_path, cpu_hog):
+def test_every_playground_widget_survives_reload_under_load(lab, pages, tmp_path, cpu_hog):
     "Choose a row, open its SLURM form, reload the page with a core busy: the ranking, explorer, memory, breakdown and form come back as chosen."
-    (lab['root'] / 'playground-reload.ipynb').write_text(json.dumps(PLAYGROUND_RELOAD))
-    close_sessions(lab)   # the earlier tests' kernels: the hog is the load this test means, not them
-    with chromium() as browser:
-        try:
-            page, errors = open_notebook(browser, lab, 'playground-reload.ipynb')
-            run_all(page)
-            choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
-            wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 180, 'the ranking')
-            options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
-            label = next(o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o)
-            choice.select_option(index=options.index(label))   # not the first row: a reload must not fall back to it
-            bars = _playground_bars('zb-h1', 2, 4, 4, 8)
-            chosen = lambda s: (s['controls'] == ('zb-h1', '4', '8') and s['bars'] == bars and s['memory']
-                                and any('zb-h1' in t for t in s['breakdown']))
-            wait_for(page, _playground_state, chosen, 120, 'the choice')
-            page.locator('button', has_text='SLURM job').click()
-            wait_for(page, _playground_state, lambda s: (s['form'] or '').startswith('runs/zb-h1-bert-48-W2D4'), 60, 'the form')
-            before = _playground_state(page)
-            page.keyboard.press('Control+s')
-            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+    page, errors = pages.notebook(lab, 'playground-reload.ipynb')
+    run_all(page)
+    choice = page.locator('.widget-dropdown', has_text='configuration').locator('select')
+    wait_for(page, lambda p: choice.locator('option').count(), lambda n: n > 5, 180, 'the ranking')
+    options = choice.locator('option').evaluate_all('os => os.map(o => o.textContent.replace(/\u00a0/g, " "))')
+    label = next(o for o in options if 'zb-h1 W=2 D=4 B=4 N=8' in o and 'recompute' not in o)
+    choice.select_option(index=options.index(label))   # not the first row: a reload must not fall back to it
+    bars = _playground_bars('zb-h1', 2, 4, 4, 8)
+    chosen = lambda s: (s['controls'] == ('zb-h1', '4', '8') and s['bars'] == bars and s['memory']
+                        and any('zb-h1' in t for t in s['breakdown']))
+    wait_for(page, _playground_state, chosen, 120, 'the choice')
+    page.locator('button', has_text='SLURM job').click()
+    wait_for(page, _playground_state, lambda s: (s['form'] or '').startswith('runs/zb-h1-bert-48-W2D4'), 60, 'the form')
+    before = _playground_state(page)
+    page.keyboard.press('Control+s')
+    wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
 
-            restored = lambda s: chosen(s) and s['form'] == before['form'] and s['rows'] == before['rows']
-            after, reloads = reload_until(page, _playground_state, restored, 120, 'every widget redrawn from its model')
-            screenshot(page, tmp_path, 'playground-reloaded.png', full=True)
-            print(f"{reloads} reload(s); redrawn by the restorer: {sum('[chimera] redrew' in e for e in errors)}; "
-                  f"anywidget start-up errors: {sum('Failed to initialize' in e for e in errors)}")
-            assert not [e for e in errors if 'could not redraw' in e], errors
-            print(f"before {before}\nafter  {after}\nscreenshots in {tmp_path}")
-        except BaseException:
-            print('page errors:', *errors[-20:], sep='\n  ')
-            try: screenshot(page, tmp_path, 'playground-reload-failure.png')
-            except Exception: pass
-            raise
+    restored = lambda s: chosen(s) and s['form'] == before['form'] and s['rows'] == before['rows']
+    after, reloads = reload_until(page, _playground_state, restored, 120, 'every widget redrawn from its model')
+    screenshot(page, tmp_path, 'playground-reloaded.png', full=True)
+    print(f"{reloads} reload(s); redrawn by the restorer: {sum('[chimera] redrew' in e for e in errors)}; "
+          f"anywidget start-up errors: {sum('Failed to initialize' in e for e in errors)}")
+    assert not [e for e in errors if 'could not redraw' in e], errors
+    print(f"before {before}\nafter  {after}\nscreenshots in {tmp_path}")
 
 
-def test_app_notebook_opens_and_draws_within_3s(lab, tmp_path):
-    "The notebook `chimera-nb lab` wrote: Run All draws the app's first timeline within 3 s of its cell finishing; saved, it keeps its outputs."
+def _run_app_notebook(lab, pages, tmp_path, name:str) -> float:
+    "Run All on notebook `name` (the one `chimera-nb lab` writes); the seconds from its cell finishing to the first timeline drawn."
+    page, errors = pages.notebook(lab, name)
+    page.evaluate(APP_TIMING_JS)
+    run_all(page)
+    t = wait_for(page, lambda p: p.evaluate('() => window.__appTiming'), lambda t: 'done' in t and 'drawn' in t, 180, 'the app')
+    lag = max(0.0, t['drawn'] - t['done']) / 1000
+    screenshot(page, tmp_path, 'app-notebook.png', full=True)
+    print(f"first drawing {lag:.2f} s after the cell finished; screenshots in {tmp_path}")
+    return lag
+
+
+def test_app_notebook_opens_draws_and_keeps_its_outputs(lab, pages, tmp_path):
+    "The notebook `chimera-nb lab` wrote: Run All draws the app's timeline and breakdown; saved, it keeps its outputs."
     nb = lab['root'] / 'chimera-playground.ipynb'
     assert nb.exists(), 'chimera-nb lab did not write the playground notebook'
-    with chromium() as browser:
-        try:
-            page, errors = open_notebook(browser, lab, nb.name)
-            page.evaluate(APP_TIMING_JS)
-            run_all(page)
-            t = wait_for(page, lambda p: p.evaluate('() => window.__appTiming'), lambda t: 'done' in t and 'drawn' in t, 180, 'the app')
-            lag = max(0.0, t['drawn'] - t['done']) / 1000
-            screenshot(page, tmp_path, 'app-notebook.png', full=True)
-            print(f"first drawing {lag:.2f} s after the cell finished; screenshots in {tmp_path}")
-            assert lag < 3, f"the first timeline came {lag:.1f} s after the app's cell finished (want < 3 s)"
-            title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
-            wait_for(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
-            page.keyboard.press('Control+s')
-            wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
-            saved = json.loads(nb.read_text())
-            outs = [o for c in saved['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])]
-            assert any('application/vnd.jupyter.widget-view+json' in o.get('data', {}) for o in outs), 'the saved notebook lost its outputs'
-        except BaseException:
-            print('page errors:', *errors[-20:], sep='\n  ')
-            try: screenshot(page, tmp_path, 'app-notebook-failure.png')
-            except Exception: pass
-            raise
+    _run_app_notebook(lab, pages, tmp_path, nb.name)
+    page = pages.opened[-1][0]
+    title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
+    wait_for(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
+    page.keyboard.press('Control+s')
+    wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+    saved = json.loads(nb.read_text())
+    outs = [o for c in saved['cells'] if c['cell_type'] == 'code' for o in c.get('outputs', [])]
+    assert any('application/vnd.jupyter.widget-view+json' in o.get('data', {}) for o in outs), 'the saved notebook lost its outputs'
+
+
+@pytest.mark.timing
+def test_app_notebook_draws_within_3s(lab, pages, tmp_path, notebooks):
+    """The app's first timeline within 3 s of its cell finishing (a fresh copy of the notebook `chimera-nb lab` writes).
+    Measured here at 0.2-1.5 s idle; the bound leaves room for a loaded machine, not for the 2 s anywidget start-up failure."""
+    fresh = lab['root'] / 'chimera-playground-timed.ipynb'
+    fresh.write_text(notebooks)
+    lag = _run_app_notebook(lab, pages, tmp_path, fresh.name)
+    assert lag < 3, f"the first timeline came {lag:.1f} s after the app's cell finished (want < 3 s)"

@@ -21,26 +21,21 @@ from chimera_nb.report import prediction_history
 from chimera_nb.cli import slurm_main
 
 REPO = str(Path(__file__).resolve().parent.parent)
-pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
+pytestmark = [pytest.mark.slurm,   # the session's cluster (tests/conftest.py): skipped where it cannot start
+              pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")]
 NAME = 'local-bert-tiny-float32'   # calibration_job's name for the generic preset (no partition), bert-tiny, float32
 
 
-@pytest.fixture(scope='module')
-def cluster(tmp_path_factory):
-    c = slurm_cluster.LocalCluster(tmp_path_factory.mktemp('slurm'))
-    saved = {k: os.environ.get(k) for k in ('SLURM_CONF', 'CHIMERA_PROFILES')}
-    os.environ['SLURM_CONF'] = c.env['SLURM_CONF']
-    os.environ['CHIMERA_PROFILES'] = str(tmp_path_factory.mktemp('profiles'))   # sbatch passes it on to the jobs
-    try: yield c.start()
-    finally:
-        c.stop()
-        for k, v in saved.items():
-            if v is None: os.environ.pop(k, None)
-            else: os.environ[k] = v
+@pytest.fixture
+def profiles(cluster, tmp_path, monkeypatch):
+    "A profiles folder of this test's own on the session's cluster; sbatch passes CHIMERA_PROFILES on to the jobs."
+    (tmp_path / 'profiles').mkdir()
+    monkeypatch.setenv('CHIMERA_PROFILES', str(tmp_path / 'profiles'))
+    return tmp_path / 'profiles'
 
 
-def test_calibrate_tune_run_history(cluster, tmp_path):
-    profiles = Path(os.environ['CHIMERA_PROFILES'])
+@pytest.mark.slow   # two jobs end to end, minutes: make test-all (the default tier renders the calibration job: test_cli.py)
+def test_calibrate_tune_run_history(cluster, profiles, tmp_path, monkeypatch):
     job = calibration_job('generic', 'bert-tiny', tasks_per_node=2, sizes=(1, 2), env={'PYTHONPATH': REPO}, mem=None, time='00:10:00')
     assert job.world == 2 and job.program[:5] == ('chimera_nb.calibrate', '--profiles', str(profiles), '--name', NAME)
     cal = submit(job)
@@ -62,10 +57,9 @@ def test_calibrate_tune_run_history(cluster, tmp_path):
     # refused with the reason: another GPU than the job's; a profile older than the limit
     with pytest.raises(ValueError, match=f"measured profile '{NAME}' was measured on 'cpu"):
         check_job(SlurmJob(TrainConfig(best), gpus_per_node=2, gpu_type='b200', allow_cpu=True))
-    os.environ['CHIMERA_PROFILE_MAX_AGE_DAYS'] = '1e-9'
-    try:
+    with monkeypatch.context() as m:
+        m.setenv('CHIMERA_PROFILE_MAX_AGE_DAYS', '1e-9')
         with pytest.raises(ValueError, match='is stale: measured'): autotune(2, 8, hardware=NAME, model='bert-tiny', micro_batch_sizes=[2])
-    finally: del os.environ['CHIMERA_PROFILE_MAX_AGE_DAYS']
 
     # a run of the first choice: its prediction from the profile beside its measured step, kept in the profile's history
     run = submit(SlurmJob(TrainConfig(best, steps=4, progress=False, eval_batches=1, timeout=90.0), run_dir=str(tmp_path / 'run'),

@@ -1,22 +1,45 @@
-"""The `chimera-nb plot` and `chimera-nb export` commands, run as real subprocesses (the installed console script
-when there is one, else `python -c` on chimera_nb.cli.main), with this checkout first on PYTHONPATH."""
+"""The `chimera-nb plot`, `export` and `slurm` commands through `chimera_nb.cli.main(argv)` in this process (exit codes
+from SystemExit, output from capsys), and once as the installed console script in a real process (its exit code and
+one-line error)."""
 import json, os, re, shutil, subprocess, sys
 from pathlib import Path
+from typing import NamedTuple
 import pytest
+from chimera_nb.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(sys.executable).parent / 'chimera-nb'
 CMD = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, '-c', 'import sys; from chimera_nb.cli import main; sys.exit(main())']
 
 
-def run(*args, ok=True):
+class Ran(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run(capsys):
+    "chimera-nb ARGS in this process: Ran(exit code, stdout, stderr); with ok=True the code must be 0."
+    def run_(*args, ok=True) -> Ran:
+        capsys.readouterr()
+        try: code = main([str(a) for a in args])
+        except SystemExit as e: code = e.code
+        out = capsys.readouterr()
+        r = Ran(code or 0, out.out, out.err)
+        if ok: assert r.returncode == 0, r.stderr
+        return r
+    return run_
+
+
+def test_the_console_script_exits_2_with_one_line():
+    "The installed entry point in a real process: a bad option is one line on stderr and exit code 2, no traceback."
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
-    r = subprocess.run(CMD + [str(a) for a in args], capture_output=True, text=True, env=env, timeout=180)
-    if ok: assert r.returncode == 0, r.stderr
-    return r
+    r = subprocess.run(CMD + ['export', 'chimera', '-D', '5', '-N', '8'], capture_output=True, text=True, env=env, timeout=180)
+    assert r.returncode == 2 and 'even number of stages' in r.stderr and r.stderr.count('\n') == 1 and 'Traceback' not in r.stderr
 
 
-def test_export_forms(tmp_path):
+def test_export_forms(run, tmp_path):
     from chimera_nb.schedules import make_schedule
     from chimera_nb.ir import Schedule
     from chimera_nb.torch_order import to_torch_csv
@@ -32,7 +55,7 @@ def test_export_forms(tmp_path):
     assert sorted(e['dur'] for e in X) == [1e6] * 4 + [2e6] * 4      # F = 1 s, B = 2 s in microseconds
 
 
-def test_export_errors(tmp_path):
+def test_export_errors(run, tmp_path):
     r = run('export', 'chimera', '-D', 4, '-N', 8, '-f', 'torch-csv', ok=False)
     assert r.returncode == 2 and 'cannot express it' in r.stderr and 'Traceback' not in r.stderr
     r = run('export', 'chimera', '-D', 5, '-N', 8, ok=False)
@@ -43,7 +66,7 @@ def test_export_errors(tmp_path):
     assert r.returncode == 2 and 'key=value' in r.stderr
 
 
-def test_plot_html(tmp_path):
+def test_plot_html(run, tmp_path):
     out = tmp_path / 'sub' / 'chimera.html'
     r = run('plot', 'chimera', '-D', 4, '-N', 8, '--memory', '--theme', 'dark', '--out', out)
     assert f"wrote {out}" in r.stdout
@@ -55,7 +78,7 @@ def test_plot_html(tmp_path):
 
 
 @pytest.mark.skipif(not (shutil.which('chromium') or os.access('/usr/bin/chromium', os.X_OK)), reason='PNG needs Chromium')
-def test_plot_png(tmp_path):
+def test_plot_png(run, tmp_path):
     out = tmp_path / 'zb.png'
     r = run('plot', 'zb-h1', '-D', 4, '-N', 8, '--costs', 'f=b', '--memory', '--out', out)
     assert out.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n' and out.stat().st_size > 10_000
@@ -64,26 +87,24 @@ def test_plot_png(tmp_path):
     assert 'Traceback' not in r.stderr and '{' not in r.stderr, r.stderr
 
 
-def test_slurm_calibrate_profiles_history(tmp_path):
+def test_slurm_calibrate_profiles_history(run, tmp_path, monkeypatch):
     "`chimera-nb slurm calibrate --dry-run` renders the calibration job into the profiles folder; `profiles` lists a kept profile, `history` a run's error."
     import dataclasses, datetime
     from chimera_nb.profile import estimate_profile
     from chimera_nb.hardware import HARDWARE
-    os.environ['CHIMERA_PROFILES'] = str(tmp_path)   # the subprocesses inherit it
-    try:
-        r = run('slurm', 'calibrate', '--preset', 'hpg-turin', '--nodes', 2, '--model', 'gpt2-tiny', '--account', 'g', '--qos', 'g', '--dry-run')
-        assert '#SBATCH --nodes=2' in r.stdout and '#SBATCH --gres=gpu:l4:3' in r.stdout
-        assert f'-m chimera_nb.calibrate --profiles {tmp_path} --name hpg-turin-gpt2-tiny-float32 --sizes 1,2,4' in r.stdout
-        assert run('slurm', 'profiles').stdout.startswith(f'{tmp_path}: no measured profiles')
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
-        dataclasses.replace(estimate_profile('gpt2-tiny', HARDWARE['l4'], 1), source='measured', name='hpg-turin-gpt2-tiny-float32', date=now,
-                            machine=dict(gpu='NVIDIA L4')).save(tmp_path / 'hpg-turin-gpt2-tiny-float32.json')
-        out = run('slurm', 'profiles', '--gpu', 'b200').stdout
-        assert 'hpg-turin-gpt2-tiny-float32' in out and "measured on 'NVIDIA L4', not on 'b200'" in out
-        (tmp_path / 'history.jsonl').write_text(json.dumps(dict(date=now, profile='hpg-turin-gpt2-tiny-float32', label='1f1b', W=1, D=2, B=1, N=4,
-                                                                predicted_step_s=0.9, measured_step_s=1.0, error=-0.1, stage_error=0.02)) + '\n')
-        out = run('slurm', 'history').stdout
-        assert re.search(r'hpg-turin-gpt2-tiny-float32\s+1\s+-0\.1\s+0\.1\s+0\.1', out), out
-        r = run('slurm', 'calibrate', '--profile-name', '../x', '--dry-run', ok=False)
-        assert r.returncode == 2 and "profile name '../x'" in r.stderr
-    finally: del os.environ['CHIMERA_PROFILES']
+    monkeypatch.setenv('CHIMERA_PROFILES', str(tmp_path))
+    r = run('slurm', 'calibrate', '--preset', 'hpg-turin', '--nodes', 2, '--model', 'gpt2-tiny', '--account', 'g', '--qos', 'g', '--dry-run')
+    assert '#SBATCH --nodes=2' in r.stdout and '#SBATCH --gres=gpu:l4:3' in r.stdout
+    assert f'-m chimera_nb.calibrate --profiles {tmp_path} --name hpg-turin-gpt2-tiny-float32 --sizes 1,2,4' in r.stdout
+    assert run('slurm', 'profiles').stdout.startswith(f'{tmp_path}: no measured profiles')
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds')
+    dataclasses.replace(estimate_profile('gpt2-tiny', HARDWARE['l4'], 1), source='measured', name='hpg-turin-gpt2-tiny-float32', date=now,
+                        machine=dict(gpu='NVIDIA L4')).save(tmp_path / 'hpg-turin-gpt2-tiny-float32.json')
+    out = run('slurm', 'profiles', '--gpu', 'b200').stdout
+    assert 'hpg-turin-gpt2-tiny-float32' in out and "measured on 'NVIDIA L4', not on 'b200'" in out
+    (tmp_path / 'history.jsonl').write_text(json.dumps(dict(date=now, profile='hpg-turin-gpt2-tiny-float32', label='1f1b', W=1, D=2, B=1, N=4,
+                                                            predicted_step_s=0.9, measured_step_s=1.0, error=-0.1, stage_error=0.02)) + '\n')
+    out = run('slurm', 'history').stdout
+    assert re.search(r'hpg-turin-gpt2-tiny-float32\s+1\s+-0\.1\s+0\.1\s+0\.1', out), out
+    r = run('slurm', 'calibrate', '--profile-name', '../x', '--dry-run', ok=False)
+    assert r.returncode == 2 and "profile name '../x'" in r.stderr

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb import data as D
 from chimera_nb.data import (wikipedia, text_classification, fashion_mnist, cifar10, bert_tokenizer, gpt2_tokenizer,
                              train_tokenizer, minilm_path, load_corpus, global_batch, batch_indices, shard, concat,
@@ -14,7 +15,7 @@ from chimera_nb.data import (wikipedia, text_classification, fashion_mnist, cifa
                              parse_idx, parse_orange_tab, load_array_pickle, read_wiki_dump, MissingDataError)
 
 ROOT = Path(__file__).parent.parent
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @pytest.fixture(scope='module', autouse=True)
@@ -71,11 +72,12 @@ def test_wikipedia_counts_split_and_cache(wiki, fresh_cache):
     os.environ['CHIMERA_NB_CACHE'] = str(fresh_cache / 'cold')
     try:
         t0 = time.perf_counter(); cold = wikipedia(); t_cold = time.perf_counter() - t0
-        t0 = time.perf_counter(); warm = wikipedia(); t_warm = time.perf_counter() - t0
+        with pytest.MonkeyPatch.context() as m:   # the cached read parses nothing: the dump's reader is not called
+            m.setattr(D, 'read_wiki_dump', lambda path: pytest.fail('the cached read parsed the dump again'))
+            t0 = time.perf_counter(); warm = wikipedia(); t_warm = time.perf_counter() - t0
     finally: os.environ['CHIMERA_NB_CACHE'] = str(fresh_cache)
     assert cold.test == warm.test == wiki.test
-    print(f"wikipedia: cold {t_cold:.2f} s, cached {t_warm * 1000:.0f} ms")
-    assert t_warm < 0.5 and t_warm * 5 < t_cold
+    print(f"wikipedia: cold {t_cold:.2f} s, cached {t_warm * 1000:.0f} ms")   # speed: bench/, not a test
 
 
 def test_text_classification_counts():
@@ -185,9 +187,11 @@ def test_gpt2_tokenizer_known_ids(gpt2):
 def test_trained_tokenizers_and_their_cache(wiki):
     texts = wiki.texts('validation')  # 11 articles: the test's speed; the notebook trains on the training split
     t0 = time.perf_counter(); wp = train_tokenizer(texts, 'wordpiece', 3000); t_cold = time.perf_counter() - t0
-    t0 = time.perf_counter(); wp2 = train_tokenizer(texts, 'wordpiece', 3000); t_warm = time.perf_counter() - t0
+    with pytest.MonkeyPatch.context() as m:   # the second call reads the cache: no tokenizer is made or trained
+        m.setattr(D, '_new_tokenizer', lambda *a: pytest.fail('the cached tokenizer was trained again'))
+        t0 = time.perf_counter(); wp2 = train_tokenizer(texts, 'wordpiece', 3000); t_warm = time.perf_counter() - t0
     print(f"wordpiece: trained {t_cold:.2f} s, cached {t_warm * 1000:.0f} ms")
-    assert len(wp) == 3000 and wp.get_vocab() == wp2.get_vocab() and t_warm < t_cold
+    assert len(wp) == 3000 and wp.get_vocab() == wp2.get_vocab()
     assert [wp.pad_token_id, wp.unk_token_id, wp.cls_token_id, wp.sep_token_id, wp.mask_token_id] == [0, 1, 2, 3, 4]
     enc = wp('Albert Einstein', 'a physicist')
     assert enc['input_ids'][0] == 2 and enc['token_type_ids'][-1] == 1
@@ -375,7 +379,7 @@ def test_fuzz_array_pickles(data):
     except ValueError: pass
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.binary(max_size=300) | st.text(max_size=200).map(lambda t: f'<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/">{t}'.encode()))
 def test_fuzz_wiki_dump(tmp_path_factory, data):
     p = tmp_path_factory.mktemp('dump') / 'd.xml.bz2'

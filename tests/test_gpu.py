@@ -382,8 +382,12 @@ def test_training_ranks_on_one_gpu(tmp_path, compile):
     from chimera_nb.spec import PipelineSpec, TrainConfig
     from chimera_nb.train import train_rank, prepare_data
     from chimera_nb.comm import run_threads
+    # a text file of its own, not the Wikipedia slice: its reader needs gensim, which a GPU machine's image may lack
+    words = 'the pipeline runs forward and backward passes of every micro batch on each stage of the model'.split()
+    text = tmp_path / 'text.txt'
+    text.write_text('\n'.join(' '.join(words[(i + j) % len(words)] for j in range(40)) for i in range(400)))
     cfg = TrainConfig(PipelineSpec(D=2, N=2, dtype='bfloat16', schedule='1f1b', compile=compile), steps=3, dropout=0.0, progress=False,
-                      metrics=str(tmp_path / 'm.jsonl'))
+                      data=str(text), metrics=str(tmp_path / 'm.jsonl'))
     res = run_threads(train_rank, 2, cfg, prepare_data(cfg), timeout=500)[0]
     s = res.summary
     steps = [json.loads(l) for l in open(tmp_path / 'm.jsonl') if '"event"' not in l]

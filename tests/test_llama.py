@@ -153,19 +153,20 @@ def test_estimates_memory_and_tuner_read_the_big_presets():
     assert 0 < tu.ranking.memory_GiB.iloc[0] * 2**30 <= b200.memory_bytes
 
 
+@pytest.mark.slow   # the default tier: every schedule against transformers (test_llama_every_schedule_matches_transformers_d4)
 @pytest.mark.timeout(600)
 def test_chimera_train_llama_tiny(tmp_path):
     """`chimera-train --model llama-tiny` trains (the loss falls from uniform guessing on the Wikipedia slice), and Chimera,
-    ZB-H1 (split backward), DualPipeV and interleaved 1F1B with recompute on 4 processes log the losses of --stages 1 (float64)."""
-    import json, subprocess, sys
-    from pathlib import Path
+    ZB-H1 (split backward), DualPipeV and interleaved 1F1B with recompute on 4 processes log the losses of --stages 1 (float64).
+    The command's main runs in this process (its console script is a real process in test_train.py::test_the_command)."""
+    import contextlib, io, json
+    from chimera_nb.cli import train_main
     from chimera_nb.train import train
     from chimera_nb.spec import TrainConfig
-    exe = Path(sys.executable).parent / 'chimera-train'
-    out = subprocess.run([str(exe), '--model', 'llama-tiny', '--schedule', 'chimera', '-D', '4', '-N', '4', '-B', '4', '--steps', '30',
-                          '--lr', '1e-2', '--warmup', '3', '--local-ranks', '4', '--no-progress', '--metrics', str(tmp_path / 'm.jsonl')],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
+    with contextlib.redirect_stdout(io.StringIO()):
+        code = train_main(['--model', 'llama-tiny', '--schedule', 'chimera', '-D', '4', '-N', '4', '-B', '4', '--steps', '30',
+                           '--lr', '1e-2', '--warmup', '3', '--local-ranks', '4', '--no-progress', '--metrics', str(tmp_path / 'm.jsonl')])
+    assert code == 0
     losses = [r['loss'] for r in map(json.loads, open(tmp_path / 'm.jsonl')) if 'loss' in r and 'event' not in r]
     assert len(losses) == 30 and losses[0] > math.log(1024) - 0.2 and sum(losses[-5:]) / 5 < losses[0] - 0.5, losses
     base = dict(model='llama-tiny', dtype='float64', clip_grad=0.5, lr=3e-3, weight_decay=0.1, N=8, B=2, seed=3, steps=4,

@@ -154,6 +154,7 @@ def _rss_run(rank, world, name, schedule, N):
 
 
 @pytest.mark.skipif(not os.path.exists('/proc/self/clear_refs'), reason='needs Linux /proc and glibc')
+@pytest.mark.slow   # bert-mini on 4 processes, a minute of CPU: make test-all (the default tier: test_activation_estimate_within_15_percent)
 @pytest.mark.timeout(300)
 def test_peak_process_memory_within_25_percent_of_the_estimate():
     res = launch_local(_rss_run, 4, 'bert-mini', 'chimera', 8, timeout=280)

@@ -4,6 +4,7 @@ import json, math, statistics, time
 import pytest
 import torch.distributed as dist
 from hypothesis import given, settings, strategies as st
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.autotune import autotune
 from chimera_nb.schedules import make_schedule
 from chimera_nb.launch import launch_local
@@ -31,7 +32,7 @@ def test_profile_file_roundtrip_and_model_check(tmp_path):
 _layer = st.fixed_dictionaries({k: st.one_of(st.integers(-5, 10**9), st.floats(allow_nan=True), st.text(max_size=3), st.none())
                                 for k in LayerProfile._fields})
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.dictionaries(st.sampled_from(['model', 'micro_batch_size', 'seq_len', 'dtype', 'layers', 'p2p_latency', 'p2p_bandwidth',
                                         'ar_alpha', 'ar_beta', 'fixed', 'junk']),
                        st.one_of(st.integers(-3, 100), st.floats(allow_nan=True), st.text(max_size=5), st.none(),

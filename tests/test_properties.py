@@ -2,13 +2,14 @@
 Chimera is the paper's order; the simulator meets every closed form; readers survive fuzzing."""
 import dataclasses, math, random, string
 from hypothesis import given, settings, strategies as st, HealthCheck, assume
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 import pytest
 from chimera_nb.schedules import make_schedule, SCHEDULES, chimera_placement
 from chimera_nb.ir import validate, Schedule, ScheduleError, Action, list_schedule, parse_action, replay
 from chimera_nb.simulate import simulate, Costs, closed_form, lower_bound, order_peak_memory
 from chimera_nb.program import lower, check_program
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -321,13 +322,13 @@ def _read_everything(text):
         except ScheduleError: pass
 
 
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(ODD_TEXT)
 def test_fuzz_readers_on_random_and_grammar_text(text):
     _read_everything(text)
 
 
-@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=2000, suppress_health_check=[HealthCheck.too_slow])
 @given(schedule_args(), st.randoms(use_true_random=False), st.booleans())
 def test_fuzz_readers_on_mutated_valid_schedules(args, rnd, as_csv):
     name, D, N, opts = args

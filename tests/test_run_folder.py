@@ -6,12 +6,14 @@ import hashlib, json, os, shutil, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.spec import TrainConfig, PipelineSpec
 from chimera_nb.checks import SpecError
 from chimera_nb.checkpoint import read_manifest, verify_checkpoint, latest_checkpoint, check_resume, config_differences
 from chimera_nb.report import MetricsLog, summary_path
 from chimera_nb.train import train, run_command
 from chimera_nb.failures import PipelineFailure
+from chimera_nb import launch
 from chimera_nb.cli import parse_config
 
 SMALL = dict(model='bert-tiny', D=2, N=2, B=2, progress=False, eval_batches=1, local_ranks=2, lr=3e-3)
@@ -90,9 +92,8 @@ def test_nothing_outside_the_folder_is_opened(run, tmp_path):
     os.mkfifo(tmp_path / 'trap')
     m = json.loads((d / 'manifest.json').read_text()); m['files']['../../trap'] = m['files'].pop('rank00001.json')
     _rewrite(d, files=m['files'])
-    t = time.monotonic()
-    best, skipped = latest_checkpoint(cfg, 2, _schedule(cfg))
-    assert best.name == 'step_00000002' and time.monotonic() - t < 10
+    best, skipped = latest_checkpoint(cfg, 2, _schedule(cfg))   # opened, the FIFO would hang it: the test's timeout would stop it
+    assert best.name == 'step_00000002'
 
 
 @pytest.mark.parametrize('fault, why', [
@@ -123,12 +124,10 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before(run, tmp_path,
     elif fault == 'step folder -> elsewhere': shutil.move(d, tmp_path / 'elsewhere'); d.symlink_to(tmp_path / 'elsewhere')
     elif fault == 'rank file grew':
         with open(d / 'rank00000.json', 'ab') as f: f.write(b' ')
-    t = time.monotonic()
-    best, skipped = latest_checkpoint(cfg, 2, _schedule(cfg))
+    best, skipped = latest_checkpoint(cfg, 2, _schedule(cfg))   # a FIFO opened would hang: the test's timeout would stop it
     assert best.name == 'step_00000002' and skipped[0].startswith('step_00000004: ') and why in skipped[0], skipped
     if fault not in ('rank file -> a copy outside', 'rank file is a FIFO', 'rank file grew'):
         assert check_resume(cfg.replace(resume=True)) == 2   # the manifest-only check skips it too
-    assert time.monotonic() - t < 10
 
 
 def test_a_copy_named_for_a_later_step_is_skipped_and_named_on_resume(run, tmp_path, capfd):
@@ -165,7 +164,7 @@ def _check_answer(d: Path):
         verify_checkpoint(d, 2, 's')
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.sampled_from([('format',), ('step',), ('world',), ('schedule',), ('config',), ('config', 'spec'), ('config', 'lr'),
                              ('config', 'spec', 'D'), ('files',), ('files', 'rank00000.json'), ('files', 'rank00001.json', 'size'),
                              ('files', 'rank00000.safetensors', 'sha256'), ('files', '../x')]),
@@ -179,7 +178,7 @@ def test_hypothesis_any_field_of_a_manifest(tmp_path, path, value):
     _check_answer(d)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=300) | _json.map(lambda v: json.dumps(v).encode()))
 def test_hypothesis_any_bytes_as_a_manifest(tmp_path, data):
     d = tmp_path / 'step_00000004'; d.mkdir(exist_ok=True)
@@ -208,9 +207,9 @@ def test_a_second_run_into_a_held_folder_is_refused_naming_the_holder_and_freed_
     ck = tmp_path / 'ck'; ck.mkdir()
     holder = _holder(ck / 'lock')
     try:
-        t = time.monotonic()
-        assert run_command(TC(steps=2, checkpoint_dir=str(ck))) == 2   # refused before any process starts
-        assert time.monotonic() - t < 15
+        with pytest.MonkeyPatch.context() as m:   # refused before any process starts
+            m.setattr(launch, 'launch_local', lambda *a, **k: pytest.fail('ranks were started for a refused run'))
+            assert run_command(TC(steps=2, checkpoint_dir=str(ck))) == 2
         err = capsys.readouterr().err
         assert err.count('\n') == 1 and f"is in use by another run (pid {holder.pid} on " in err and '--checkpoint-dir' in err, err
     finally:
@@ -238,11 +237,10 @@ def test_every_rank_stops_when_rank_0_finds_the_folder_held(tmp_path):
     holder = _holder(ck / 'lock')
     try:
         cfg = TC(steps=2, checkpoint_dir=str(ck), local_ranks=0)
-        t = time.monotonic()
         with pytest.raises(PipelineFailure) as e: run_threads(train_rank, 2, cfg, prepare_data(cfg), timeout=60)
         msg = str(e.value)
         assert f"rank 0: SpecError: checkpoint_dir '{ck}' is in use by another run (pid {holder.pid}" in msg, msg
-        assert 'rank 1: SpecError: rank 0 found' in msg and time.monotonic() - t < 40, msg
+        assert 'rank 1: SpecError: rank 0 found' in msg, msg   # told by rank 0, not stopped by its own 60 s timeout
     finally:
         holder.kill(); holder.wait(10)
 
@@ -277,10 +275,11 @@ def test_a_metrics_path_that_is_not_a_file_is_refused_at_once(tmp_path, capsys, 
     elif kind == 'link': (tmp_path / 'real.jsonl').touch(); m.symlink_to(tmp_path / 'real.jsonl')
     elif kind == 'fifo summary': os.mkfifo(summary_path(m))
     elif kind == 'folder timeline': (tmp_path / 'm-timeline.html').mkdir()
-    t = time.monotonic()
-    assert run_command(TC(steps=2, metrics=str(m))) == 2
+    with pytest.MonkeyPatch.context() as mp:   # refused before any process starts (a FIFO opened would hang)
+        mp.setattr(launch, 'launch_local', lambda *a, **k: pytest.fail('ranks were started for a refused run'))
+        assert run_command(TC(steps=2, metrics=str(m))) == 2
     err = capsys.readouterr().err
-    assert err.count('\n') == 1 and 'metrics' in err and time.monotonic() - t < 15, err
+    assert err.count('\n') == 1 and 'metrics' in err, err
 
 
 def test_a_device_as_metrics_is_refused():
@@ -288,7 +287,7 @@ def test_a_device_as_metrics_is_refused():
     with pytest.raises(OSError, match='not a regular file'): MetricsLog('/dev/null').write(step=1)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(lines=st.lists(st.binary(max_size=80) | _json.map(lambda v: json.dumps(v).encode()), max_size=5), resume=st.booleans(),
        own_start=st.booleans())
 def test_hypothesis_any_metrics_file(tmp_path, lines, resume, own_start):

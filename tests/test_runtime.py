@@ -8,6 +8,7 @@ import dataclasses, math, os, re, signal, subprocess, sys, textwrap, time
 from pathlib import Path
 import pytest
 import torch
+from tiers import within   # wall-clock bounds: judged in the timing tier only
 from torch import nn
 from chimera_nb.schedules import make_schedule
 from chimera_nb.ir import Action
@@ -128,6 +129,7 @@ def _killed(rank, world, how, victim, action):
     for _ in range(2): rt.step(xs, xs)
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize('how', ['kill', 'exit', 'raise', 'hang'])
 def test_failure_is_reported_in_bounded_time(how):
     action = Action('B', 1, 1, 0)
@@ -139,7 +141,8 @@ def test_failure_is_reported_in_bounded_time(how):
     took = time.monotonic() - t
     msg = str(e.value)
     print(msg)
-    assert took < 60, f"took {took:.1f}s"
+    assert 'after the 90' not in msg, msg   # the failure stopped the run, not launch_local's own timeout
+    within(took, 60, f'reporting a rank that failed by {how}')
     assert f"rank {victim}" in msg
     if how == 'raise': assert 'failed at action B1.d1' in msg and 'injected fault' in msg
     if how in ('kill', 'exit'): assert ('killed by signal SIGKILL' if how == 'kill' else 'exited with code 3') in msg
@@ -347,12 +350,14 @@ def test_failure_names_the_instruction(name, N, victim, target, expect):
     assert f"rank {other} stopped at" in msg and f"rank {victim} failed" in msg.split(f"rank {other} stopped at")[1], msg
 
 
+@pytest.mark.timed
 def test_failure_at_the_last_instruction_is_bounded_on_gloo():
     "The victim fails at its last instruction while the others wait in the loss all-reduce: they stop, naming it."
     t = time.monotonic()
     with pytest.raises(PipelineFailure) as e: launch_local(_fail_at, 4, 2, 'optimizer step', 'chimera', 4, timeout=60, grace=15)
     msg = str(e.value)
-    assert time.monotonic() - t < 45
+    assert 'after the 60' not in msg, msg   # the failure stopped the run, not launch_local's own timeout
+    within(time.monotonic() - t, 45, 'reporting a failure at the last instruction')
     assert 'rank 2 failed at the end of the step' in msg
     assert msg.count('summing the losses over every rank') >= 1, msg
 
@@ -372,11 +377,13 @@ def _poisoned(rank, world):
     return out
 
 
+@pytest.mark.timed
 def test_a_failed_step_poisons_the_group_and_says_so_at_once():
     for r, out in enumerate(launch_local(_poisoned, 2, timeout=60)):
         assert 'failed at action B1.d0' in out[0][0] or 'stopped at' in out[0][0]
-        assert 'this runtime already failed' in out[1][0] and out[1][1] < 0.5       # the same runtime: at once
-        assert 'a step already failed in this process group' in out[2][0] and out[2][1] < 0.5  # a new one: at once
+        assert 'this runtime already failed' in out[1][0]                     # the same runtime: at once
+        assert 'a step already failed in this process group' in out[2][0]     # a new one: at once
+        within(out[1][1], 0.5, 'refusing a step on a failed runtime'); within(out[2][1], 0.5, 'refusing a new runtime in a failed group')
         assert 'restart the processes' in out[2][0]
 
 
@@ -461,8 +468,9 @@ def _start_leaky(tmp_path):
     return p, pids
 
 
-def _gone(pids, within=10.0):
-    deadline = time.monotonic() + within
+def _gone(pids, wait=30.0):
+    "The pids still alive after up to `wait` seconds (it returns as soon as all are gone)."
+    deadline = time.monotonic() + wait
     while any(_alive(q) for q in pids) and time.monotonic() < deadline: time.sleep(0.1)
     return [q for q in pids if _alive(q)]
 

@@ -8,6 +8,7 @@ import dataclasses, json, os, re, string, subprocess, tempfile, tomllib
 from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck, assume, event
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from hypothesis.control import currently_in_test_context
 from chimera_nb.spec import PipelineSpec, TrainConfig
 from chimera_nb.slurm import SlurmJob, render
@@ -20,7 +21,7 @@ INJECT = [f'$(touch {MARK})', f'`touch {MARK}`', f'; touch {MARK}', f'\ntouch {M
 text = st.lists(st.one_of(st.sampled_from(INJECT), st.text(max_size=5)), min_size=1, max_size=4).map(''.join)
 benign = st.text(string.ascii_letters + string.digits + '_.-+/=,@~:', min_size=1, max_size=12)   # so that many values are accepted, and run
 value = st.one_of(text, benign)
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+FAST = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 BASE = TrainConfig(PipelineSpec(model='bert-tiny', D=2, schedule='1f1b'), steps=3)
 SCRIPT_SET = dict(metrics=None, checkpoint_dir=None, resume=False, local_ranks=0, progress=True)   # the script's: not in run.toml
 
@@ -119,7 +120,7 @@ FIELDS = {  # field: (how the drawn text becomes its value, words its error may 
 }
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=list(HealthCheck))
 @given(field=st.sampled_from(list(FIELDS)), value=value)
 def test_job_fields_refused_or_inert(field, value, stubs):
     make, words = FIELDS[field]
@@ -199,7 +200,7 @@ def test_run_strings_refused_or_round_trip(field, value, stubs):
         _runs_intact(script, job, stubs, tmp)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.lists(text, min_size=2, max_size=3))
 def test_array_tasks_write_each_run_file_intact(data, stubs):
     with tempfile.TemporaryDirectory() as t:

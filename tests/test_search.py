@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
+from tiers import examples, within   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.ir import Schedule, validate
 from chimera_nb.simulate import Costs, simulate
 from chimera_nb.search import search_schedule, costs_for, fixed_table, PLACEMENTS
@@ -29,7 +30,7 @@ def cases(draw):
     return D, N, Costs(f, b, w, p2p=p2p), memory, placements, method
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_searched_schedule_properties(case):
     D, N, costs, memory, placements, method = case
@@ -61,10 +62,11 @@ def test_uneven_stages_beat_the_fixed_orders_of_their_placement():
     assert r.makespan < min(fixed['chimera'], fixed['chimera zero-bubble'], fixed['chimera halving'])
 
 
+@pytest.mark.timed
 def test_large_case_heuristic_is_fast_and_no_worse_than_fixed():
     r = search_schedule(16, 32, Costs(1, 1, 1, p2p=0.1), memory=16, time_limit=2, method='heuristic')
     assert r.makespan <= r.best_fixed_makespan + 1e-9 and r.lower_bound <= r.makespan
-    assert r.seconds < 15
+    within(r.seconds, 15, 'D=16, N=32 heuristic search (time_limit 2 s)')
 
 
 def test_bad_arguments_are_named():
@@ -125,10 +127,12 @@ def _one_line(e, *words):
     for w in words: assert w in str(e), (w, str(e))
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize('limit, method', [(1.0, 'auto'), (2.0, 'auto'), (2.0, 'exact')])
 def test_the_time_limit_holds_on_a_large_case(limit, method):
-    "D=64, N=256 with time_limit=1 took 14.6 s: now an answer (or, on a machine too slow, a refusal) within 1.5x + 5 s."
+    """D=64, N=256 with time_limit=1 took 14.6 s: now an answer (or, on a machine too slow, a refusal) within 1.5x + 5 s.
+    The slack: half the limit for the phase in flight when it runs out, 5 s for the answer's simulation and checks."""
     t = time.perf_counter()
     try: r = search_schedule(64, 256, time_limit=limit, method=method, workers=1, progress=False)
     except SpecError as e: _one_line(e, 'time_limit=')
@@ -136,16 +140,18 @@ def test_the_time_limit_holds_on_a_large_case(limit, method):
     assert time.perf_counter() - t < 1.5 * limit + 5
 
 
+@pytest.mark.timed
 @pytest.mark.timeout(60)
 def test_sizes_this_machine_cannot_hold_are_refused_at_once():
     for D, N, limit, words in ((256, 1024, 1.0, ['time_limit=1 s allows: give time_limit=']), (10**6, 4, 30.0, ['needs about', 'GiB']),
                                (4, 10**7, 30.0, ['needs about', 'GiB of memory'])):
         t = time.perf_counter()
         with pytest.raises(SpecError) as e: search_schedule(D, N, time_limit=limit, progress=False)
-        assert time.perf_counter() - t < 3, (D, N)
+        within(time.perf_counter() - t, 3, f'refusing D={D}, N={N}')
         _one_line(e.value, f"search_schedule(D={D}, N={N})", *words)
 
 
+@pytest.mark.timed
 def test_bad_types_and_limits_are_named_in_one_line():
     for kw, words in ((dict(costs=dict(forward=1, backward=2)), ['costs must be a simulate.Costs, e.g.', 'got dict']),
                       (dict(costs=Costs(1e308, 1e308)), ['costs add up to inf']), (dict(costs=Costs([1e300] * 4, 1)), ['costs add up to']),
@@ -154,7 +160,7 @@ def test_bad_types_and_limits_are_named_in_one_line():
                       (dict(placements=7), ['unknown placements [7]']), (dict(workers=0), ['workers must be >= 1'])):
         t = time.perf_counter()
         with pytest.raises(ValueError) as e: search_schedule(4, 8, **kw)
-        assert time.perf_counter() - t < 2
+        within(time.perf_counter() - t, 2, f'refusing {kw}')
         _one_line(e.value, *words)
 
 
@@ -162,7 +168,8 @@ junk = st.one_of(st.none(), st.booleans(), st.floats(allow_nan=True, allow_infin
                  st.integers(-3, 10**9), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2))
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@pytest.mark.timed
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(D=st.one_of(st.sampled_from([2, 4]), junk), N=st.one_of(st.sampled_from([4, 8]), junk),
        memory=st.one_of(st.none(), st.sampled_from([2.0, 4.0]), junk), time_limit=st.one_of(st.sampled_from([0.1, 0.3]), junk),
        method=st.one_of(st.sampled_from(['auto', 'heuristic']), junk), placements=st.one_of(st.sampled_from([('single',), ('v', 'bidirectional')]), junk))
@@ -172,7 +179,7 @@ def test_any_arguments_search_or_are_refused_in_one_line(D, N, memory, time_limi
     except ValueError as e: _one_line(e)
     else:
         assert validate(r.schedule) is not None and r.makespan > 0
-        assert time.perf_counter() - t < 1.5 * time_limit + 5
+        within(time.perf_counter() - t, 1.5 * time_limit + 5, f'a search with time_limit={time_limit}')
 
 
 # the tuner's own limits
@@ -181,6 +188,7 @@ from chimera_nb.autotune import autotune
 from chimera_nb.hardware import HARDWARE
 
 
+@pytest.mark.timed
 @pytest.mark.timeout(60)
 def test_the_tuner_refuses_what_hung_or_raised_inside():
     kw = dict(model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[2], schedules=['1f1b'])
@@ -191,34 +199,40 @@ def test_the_tuner_refuses_what_hung_or_raised_inside():
                                ((8, 64), dict(micro_batch_sizes=[2.5]), ['micro-batch size must be an integer'])):
         t = time.perf_counter()
         with pytest.raises(ValueError) as e: autotune(*args, **{**kw, **extra})
-        assert time.perf_counter() - t < 3
+        within(time.perf_counter() - t, 3, f'refusing autotune{args}')
         _one_line(e.value, *words)
     t = time.perf_counter(); tu = autotune(2**28, 2**28, **kw)   # the most GPUs a spec can hold: an answer at once (every split refused)
-    assert time.perf_counter() - t < 10 and len(tu.ranking) == 0 and len(tu.rejected) > 0
+    assert len(tu.ranking) == 0 and len(tu.rejected) > 0
+    within(time.perf_counter() - t, 10, 'autotune with every split refused')
 
 
+@pytest.mark.timing
 @pytest.mark.timeout(120)
 def test_the_tuner_keeps_its_search_time():
     t = time.perf_counter()
     tu = autotune(8, 64, model='bert-48', hardware=HARDWARE['b200'], micro_batch_sizes=[4], depths=[4], schedules=['1f1b', 'chimera'],
                   search=2, search_time=1.0, progress=False)
-    assert time.perf_counter() - t < 2 * (1.5 * 1.0 + 2) + 10   # two searches of 1 s, and the ranking
     assert tu.ranking.label.str.startswith('searched').any()
+    took = time.perf_counter() - t   # two searches of 1 s (each 1.5x + 2 s of slack, as above), 10 s for the ranking
+    assert took < 2 * (1.5 * 1.0 + 2) + 10, took
 
 
 # --- issue 37: the search's second pass ------------------------------------------------------------------------------
+@pytest.mark.timed
 def test_zero_bubble_greedy_reaches_the_bound_where_list_scheduling_did_not():
     "F = B = W = 1, p2p 0.1, D = N = 16, single placement: the Zero Bubble heuristic's order is optimal (66.0); the search seeds with it."
     r = search_schedule(16, 16, Costs(1, 1, 1, p2p=0.1), memory=16, placements=('single',), time_limit=20, progress=False)
     assert r.makespan == pytest.approx(66.0) and r.optimal, r
-    assert r.seconds < 20
+    within(r.seconds, 20, 'D = N = 16 single-placement search')
 
 
+@pytest.mark.timing   # two time-limited local searches compared: how far each gets depends on the machine's load
 @pytest.mark.parametrize('costs', [Costs(1, 1, 1, p2p=0.1), Costs([1, 1, 1, 1, 1, 1, 1, 3], 1, 0.5, p2p=0.05)])
 def test_more_memory_never_gives_a_worse_answer(costs):
     """The makespan found is monotone in the memory cap over the ladder each search also runs (1F1B's D and ZB-2p's 2D Ma
     below its cap): the small form of D = 32, N = 256 at caps 64 and 131. (Between two caps above the same ladder points the
-    time-limited heuristics promise nothing.)"""
+    time-limited heuristics promise nothing.) Timing tier: the local search stops at its time limit, so a loaded machine
+    gets less far in one search than in the other (seen: 220.6 against 219.8 beside two other test workers)."""
     spans = [search_schedule(8, 48, costs, memory=m, placements=('single', 'v'), time_limit=4, method='heuristic',
                              progress=False).makespan for m in (8, 12, 16, 24)]
     assert spans[1] <= spans[0] + 1e-9 and spans[2] <= spans[0] + 1e-9 and spans[3] <= spans[2] + 1e-9, spans
@@ -235,6 +249,7 @@ def test_the_span_objective_is_the_zero_bubble_papers_measure():
     with pytest.raises(Exception, match="objective must be 'makespan' or 'span'"): search_schedule(4, 8, objective='bubble')
 
 
+@pytest.mark.timing   # two time-limited local searches compared (see test_more_memory_never_gives_a_worse_answer)
 def test_memory_a_split_backward_frees_at_b_never_costs_time():
     "With W keeping half of an activation (Zero Bubble's M_W = M_B / 2) the same cap holds at least as much: never slower, and it fits that rule."
     from chimera_nb.simulate import order_peak_memory
@@ -247,10 +262,12 @@ def test_memory_a_split_backward_frees_at_b_never_costs_time():
 
 
 @pytest.mark.slow
+@pytest.mark.timing
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize('D, N, cap', [(32, 256, 64), (32, 256, 131), (64, 256, 128)])
 def test_the_time_limit_holds_at_paper_sizes(D, N, cap):
-    "D = 32 and 64, N = 256: an answer within the 30 s limit (fit_memory on far-over seeds skipped; a rule always runs)."
+    """D = 32 and 64, N = 256: an answer within the 30 s limit (fit_memory on far-over seeds skipped; a rule always runs).
+    The slack: half the limit for the phase in flight, 2 s for the answer (measured alone: 8.1, 9.5, 12.4 s)."""
     r = search_schedule(D, N, Costs(1, 1, 1, p2p=0.1), memory=cap, placements=('single',), time_limit=30, progress=False)
     assert r.seconds <= 30 * 1.5 + 2 and r.gap < 0.02, r
 

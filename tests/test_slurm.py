@@ -4,9 +4,9 @@ slurm-wlm and munge, started by hand, 4 fake GPUs as character devices), stopped
 The jobs are submitted together at the start (they run side by side) and each test waits for its own:
 - a 4-task CPU (gloo) Chimera training through the launcher: its metrics, summary, log, reattach, CUDA_VISIBLE_DEVICES set;
   submitted with a JupyterHub session's SLURM_* variables in the environment (they must not reach the job's srun);
-- a 2-element job array (Chimera and 1F1B at the same global batch) collected into one DataFrame;
+- a 2-element job array (Chimera and 1F1B at the same global batch) collected into one DataFrame (slow tier);
 - requeue of a running job twice: by `scontrol requeue` (SIGTERM to the ranks) and by SIGUSR1 (as before a time
-  limit: the script requeues itself); each run resumes from its checkpoint, no step lost or repeated;
+  limit: the script requeues itself); each run resumes from its checkpoint, no step lost or repeated (slow tier);
 - cancel and see CANCELLED; errors: no sbatch, an unsatisfiable request (sbatch's own reason), an unknown partition.
 Run: .venv/bin/python -m pytest tests/test_slurm.py -q   (needs root and slurm-wlm + munge; skipped otherwise)
 """
@@ -27,21 +27,9 @@ from chimera_nb.cli import slurm_main as cli
 from chimera_nb.checkpoint import RunComplete
 
 REPO = str(Path(__file__).resolve().parent.parent)
-pytestmark = pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")
+pytestmark = [pytest.mark.slurm,   # the session's cluster (tests/conftest.py): skipped where it cannot start
+              pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")]
 T = dict(model='bert-tiny', N=4, B=2, progress=False, eval_batches=1, timeout=90.0)
-
-
-@pytest.fixture(scope='module')
-def cluster(tmp_path_factory):
-    c = slurm_cluster.LocalCluster(tmp_path_factory.mktemp('slurm'))
-    old = os.environ.get('SLURM_CONF')
-    os.environ['SLURM_CONF'] = c.env['SLURM_CONF']
-    try:
-        yield c.start()
-    finally:
-        c.stop()
-        if old is None: os.environ.pop('SLURM_CONF', None)
-        else: os.environ['SLURM_CONF'] = old
 
 
 def _job(tmp, name, train, **kw):
@@ -50,10 +38,9 @@ def _job(tmp, name, train, **kw):
 
 @pytest.fixture(scope='module')
 def jobs(cluster, tmp_path_factory):
-    "Submit the three long jobs at once."
+    "Submit the default tier's jobs at once: they run side by side while the tests wait for each."
     tmp = tmp_path_factory.mktemp('runs')
     out = {}
-    out['requeue'] = submit(_job(tmp, 'requeue', TC(**T, schedule='chimera', D=2, steps=60, seed=5)))
     leak = dict(SLURM_MEM_PER_CPU='1000', SLURM_JOB_ID='999', SLURM_NTASKS='1', SRUN_CPUS_PER_TASK='64', SALLOC_PARTITION='x')  # a JupyterHub session's
     os.environ.update(leak)
     try:
@@ -62,15 +49,6 @@ def jobs(cluster, tmp_path_factory):
         out['nocuda'] = submit(_job(tmp, 'nocuda', TC(**T, D=2, steps=2), gpus_per_node=2, gpu_type='fake'))  # GPUs, a CPU torch
     finally:
         for k in leak: os.environ.pop(k)
-    from chimera_nb.autotune import autotune
-    from chimera_nb.hardware import HARDWARE
-    best = autotune(2, 8, model='bert-tiny', hardware=HARDWARE['p100-daint'], micro_batch_sizes=[2, 4], recompute=[False],
-                    schedules=['chimera', '1f1b', 'zb-h1']).best   # the tuner's first pick goes to the job as it is
-    out['tuned'] = best, submit(_job(tmp, 'tuned', TrainConfig(best, steps=3, progress=False, eval_batches=1, timeout=90.0)))
-    base = TC(**T, D=2, steps=4)
-    sweep = submit_sweep(_job(tmp, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
-    assert len(sweep) == 1
-    out['array'] = sweep[0]
     return out
 
 
@@ -102,9 +80,10 @@ def _requeued(job, cluster):
     _until('requeued job pending, old run gone', lambda: job.tasks()[0].state == 'PENDING' and not _steps_alive(job.job_id), 120, cluster)
 
 
+@pytest.mark.slow   # three runs of one job, minutes of waiting: make test-all (the default tier resumes locally: test_train.py)
 @pytest.mark.timeout(300)
-def test_requeue_resumes_without_losing_or_repeating_a_step(jobs, cluster):
-    job = jobs['requeue']
+def test_requeue_resumes_without_losing_or_repeating_a_step(cluster, tmp_path):
+    job = submit(_job(tmp_path, 'requeue', TC(**T, schedule='chimera', D=2, steps=60, seed=5)))
     run = job.run_dir
     _until('two steps', lambda: len(_steps(run)) >= 2, 200, cluster)
     subprocess.run(['scontrol', 'requeue', job.job_id], check=True, capture_output=True)  # SIGTERM to every rank
@@ -155,9 +134,13 @@ def test_four_task_training(jobs, cluster, capsys, tmp_path):
     print(f"4-task Chimera: {s['samples_per_s']:.1f} samples/s, final loss {s['final_loss']:.3f}")
 
 
+@pytest.mark.slow   # a sweep's jobs: make test-all (the default tier renders arrays: test_slurm_render.py, and collects the 4-task run)
 @pytest.mark.timeout(240)
-def test_array_collected_into_one_dataframe(jobs, cluster):
-    job = jobs['array']
+def test_array_collected_into_one_dataframe(cluster, tmp_path):
+    base = TC(**T, D=2, steps=4)
+    sweep = submit_sweep(_job(tmp_path, 'array', base), schedule_configs(base, ('chimera', '1f1b')))  # one array: same world size
+    assert len(sweep) == 1
+    job = sweep[0]
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     ts = job.tasks()
     assert sorted(t.job_id for t in ts) == [f"{job.job_id}_0", f"{job.job_id}_1"]
@@ -169,10 +152,15 @@ def test_array_collected_into_one_dataframe(jobs, cluster):
     print(df[['schedule', 'D', 'samples_per_s', 'final_loss']].to_string(index=False))
 
 
+@pytest.mark.slow   # one more training job: make test-all (the default tier: the 4-task run carries its spec, test_four_task_training)
 @pytest.mark.timeout(240)
-def test_the_tuners_pick_trains_as_predicted(jobs, cluster):
+def test_the_tuners_pick_trains_as_predicted(cluster, tmp_path):
     "autotune's first pick -> sbatch -> the job's run logs the same spec key, model, dtype and sequence length."
-    best, job = jobs['tuned']
+    from chimera_nb.autotune import autotune
+    from chimera_nb.hardware import HARDWARE
+    best = autotune(2, 8, model='bert-tiny', hardware=HARDWARE['p100-daint'], micro_batch_sizes=[2, 4], recompute=[False],
+                    schedules=['chimera', '1f1b', 'zb-h1']).best   # the tuner's first pick goes to the job as it is
+    job = submit(_job(tmp_path, 'tuned', TrainConfig(best, steps=3, progress=False, eval_batches=1, timeout=90.0)))
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     s = json.loads((job.run_dir / 'metrics-summary.json').read_text())
     assert s['spec_key'] == best.key() and PipelineSpec.from_dict(s['spec']) == best
@@ -245,36 +233,35 @@ WATCH_JS = """() => { const gd = document.querySelector('.jp-OutputArea-output .
   return {traces: gd ? gd.querySelectorAll('.scatterlayer .trace').length : 0, status: tables.join(' '), line}; }"""
 
 
+@pytest.mark.browser
 @pytest.mark.timeout(420)
-def test_job_watch_in_jupyterlab_survives_reload_and_restart(jobs, cluster, tmp_path):
+def test_job_watch_in_jupyterlab_survives_reload_and_restart(cluster, lab, pages, tmp_path):
     "The watch of a finished job in a real JupyterLab: state, loss, measured vs predicted step; a reload redraws it; a restart says what to re-run."
-    from lab_server import chromium, jupyter_lab, open_notebook, run_all, screenshot, wait_for, reload_until
-    job = jobs['train']
+    from lab_server import run_all, screenshot, wait_for, reload_until
+    job = submit(_job(tmp_path, 'watched', TC(**T, schedule='1f1b', D=2, steps=3)))   # its own job: the browser tier runs apart
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
-    root = tmp_path / 'root'; root.mkdir()
     cell = f"from chimera_nb.slurm import Job\nw = Job.attach({str(job.run_dir)!r}).watch(poll=1, max_poll=2)\nw"
-    (root / 'watch.ipynb').write_text(json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "id": "watch", "metadata": {},
-                                                             "outputs": [], "source": cell}],
-                                                  "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
-                                                  "nbformat": 4, "nbformat_minor": 5}))
+    (lab['root'] / 'watch.ipynb').write_text(json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "id": "watch", "metadata": {},
+                                                                    "outputs": [], "source": cell}],
+                                                         "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+                                                         "nbformat": 4, "nbformat_minor": 5}))
     done = lambda s: 'COMPLETED' in s['status'] and s['traces'] == 3 and 'measured vs' in s['line'] and 'predicted' in s['line']
-    with jupyter_lab(root, tmp_path) as lab, chromium() as browser:
-        page, errors = open_notebook(browser, lab, 'watch.ipynb')
-        run_all(page)
-        before = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 120, 'the watch')
-        page.keyboard.press('Control+s')
-        wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
-        screenshot(page, tmp_path, 'watch-1.png', full=False)
-        after, reloads = reload_until(page, lambda p: p.evaluate(WATCH_JS), done, 60, 'the watch after a reload')
-        assert not page.locator('.chimera-rerun').is_visible()
-        screenshot(page, tmp_path, 'watch-2-reloaded.png', full=False)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")
-        page.locator('.jp-Dialog button', has_text='Restart').click()
-        page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
-        page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
-        line = page.locator('.chimera-rerun')
-        line.wait_for(state='visible', timeout=60_000)
-        assert 'job watch' in line.inner_text() and 'run this cell again' in line.inner_text(), line.inner_text()
-        screenshot(page, tmp_path, 'watch-3-restarted.png', full=False)
-        print(f"{reloads} reload(s); redrawn by the restorer: {sum('[chimera] redrew' in e for e in errors)}")
-        print(f"watch before {before}\nafter reload {after}\nscreenshots in {tmp_path}")
+    page, errors = pages.notebook(lab, 'watch.ipynb')
+    run_all(page)
+    before = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 120, 'the watch')
+    page.keyboard.press('Control+s')
+    wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
+    screenshot(page, tmp_path, 'watch-1.png', full=False)
+    after, reloads = reload_until(page, lambda p: p.evaluate(WATCH_JS), done, 60, 'the watch after a reload')
+    assert not page.locator('.chimera-rerun').is_visible()
+    screenshot(page, tmp_path, 'watch-2-reloaded.png', full=False)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")
+    page.locator('.jp-Dialog button', has_text='Restart').click()
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+    page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
+    line = page.locator('.chimera-rerun')
+    line.wait_for(state='visible', timeout=60_000)
+    assert 'job watch' in line.inner_text() and 'run this cell again' in line.inner_text(), line.inner_text()
+    screenshot(page, tmp_path, 'watch-3-restarted.png', full=False)
+    print(f"{reloads} reload(s); redrawn by the restorer: {sum('[chimera] redrew' in e for e in errors)}")
+    print(f"watch before {before}\nafter reload {after}\nscreenshots in {tmp_path}")

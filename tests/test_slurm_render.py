@@ -6,6 +6,7 @@ import dataclasses, json, os, re, subprocess
 from pathlib import Path
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.spec import TrainConfig, PipelineSpec
 
 
@@ -62,21 +63,21 @@ def _run(script, stubs, tmp):
     return p, args, envs
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(field=st.sampled_from(['name', 'partition', 'account', 'qos', 'gpu_type', 'mem', 'run_dir', 'python', 'time']), value=nasty)
 def test_resource_fields_refused_or_inert(field, value):
     job = SlurmJob(BASE, **{'run_dir': '/tmp/chimera-render-test', field: value})
     if (s := _accepted(job)) is not None: _structure_ok(s, job)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(value=nasty)
 def test_modules_and_extra_options_refused_or_inert(value):
     for job in (SlurmJob(BASE, modules=('cuda', value)), SlurmJob(BASE, extra=(value,))):
         if (s := _accepted(job)) is not None: _structure_ok(s, job)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(value=nasty.filter(lambda v: '\n' not in v and '\0' not in v), key=st.sampled_from(['MY_VAR', 'HF_HOME']))
 def test_env_values_and_train_strings_arrive_intact(value, key, stubs, tmp_path_factory):
     tmp = tmp_path_factory.mktemp('run')
@@ -97,13 +98,13 @@ def test_env_names_and_newlines_refused():
     with pytest.raises(ValueError, match='no newlines'): render(SlurmJob(BASE, setup=('ok', 'a\nb')))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(1, 365 * 86400))
 def test_time_round_trip(secs):
     assert time_seconds(slurm_time(secs)) == secs
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(max_size=14))
 def test_time_parser_refuses_or_positive(t):
     try: v = time_seconds(t)
@@ -128,7 +129,7 @@ def test_run_file_round_trip(tmp_path):
     assert parse_config(['--config', str(tmp_path / 'run.toml')]) == cfg
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=list(HealthCheck))
 @given(job_argv=st.lists(st.sampled_from(['--preset', 'hpg-b200', 'generic', '--nodes', '0', '2', '-3', '--gpus-per-node', '8', '--time', '1:00:00',
                                  'x', '--mem', '16gb', '--run-dir', '~/r', '--name', 'a b', '--qos', 'g-b', '--env', 'A=1', 'B', '--module',
                                  'cuda/12.8', '--extra', '--exclusive', '--signal-before', '99999']), max_size=10),

@@ -4,6 +4,7 @@ raises anything but a SpecError (or argparse's exit 2), and answers --help witho
 import json, math, subprocess, sys, tomllib
 import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
+from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.spec import PipelineSpec, TrainConfig, DTYPES
 from chimera_nb.cli import parse_config
 from chimera_nb.catalog import PRESETS
@@ -24,7 +25,7 @@ def _one_line(e):
     assert isinstance(e, SpecError) and '\n' not in str(e) and str(e), repr(e)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(field=st.sampled_from(list(SPEC_FIELDS)), value=anything)
 def test_any_field_value_makes_a_spec_or_one_line(field, value):
     try: s = PipelineSpec(**{field: value})
@@ -36,7 +37,7 @@ def test_any_field_value_makes_a_spec_or_one_line(field, value):
         assert PipelineSpec.from_dict(s.to_dict()) == s
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(valid)
 def test_valid_specs_round_trip_with_the_same_key(kw):
     try: s = PipelineSpec(**kw)
@@ -46,7 +47,7 @@ def test_valid_specs_round_trip_with_the_same_key(kw):
     assert s.make().num_ranks == s.D and s.world_size == s.W * s.D and s.global_batch == s.W * s.N * s.B
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.one_of(st.sampled_from(['-D', '-N', '-W', '-B', '--model', '--schedule', '--dtype', '--seq-len', '--lr', '--steps',
                                            '--timeout', '--seed', '--spec', '--config', '--recompute', '--no-progress', '--data',
                                            '--clip-grad', '--dropout', '--sync', '--hardware']),
@@ -88,7 +89,7 @@ def test_a_config_file_with_flat_or_nested_spec_keys(tmp_path):
 TRAIN_FIELDS = [f for f in TrainConfig.__dataclass_fields__ if f != 'spec']
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=list(HealthCheck))
 @given(field=st.sampled_from(TRAIN_FIELDS + list(SPEC_FIELDS)), value=anything)
 def test_any_config_key_loads_or_is_refused_in_one_line(field, value, tmp_path_factory):
     "A config file's key with any value (as TOML, JSON or YAML could hold it): a run, or one SpecError line."
