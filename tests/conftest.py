@@ -3,7 +3,8 @@
 Tiers (markers, declared in pyproject.toml):
 - `browser`: drives JupyterLab or a page in headless Chromium. `make test` runs these after the rest, alone, so a
   reload is never timed beside the other tests.
-- `slurm`: needs the local SLURM cluster. They share one xdist group (`--dist loadgroup`), so one worker starts one cluster.
+- `slurm`: needs the local SLURM cluster. They also carry `xdist_group('slurm')` (`--dist loadgroup`), so one worker starts one
+  cluster: two clusters would give two jobs the same id, so the same rendezvous port, and their ranks would meet.
 - `timing`: asserts a wall-clock bound. Only `make test-all` runs them, alone (`make test-timing`).
 - `slow`: a longer form of something the default tier checks in short. `fuzz` (every Hypothesis test, marked here) and
   `experiment` (the experiment notebooks) run again in `make test-all` at full size: all examples, the notebooks' runs.
@@ -24,7 +25,8 @@ from lab_server import jupyter_lab, close_sessions, chromium, open_notebook, scr
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if getattr(item.obj, 'is_hypothesis_test', False): item.add_marker(pytest.mark.fuzz)
-        if item.get_closest_marker('slurm'): item.add_marker(pytest.mark.xdist_group('slurm'))
+        # one cluster: a slurm test must carry xdist_group('slurm') in its module (a marker added here comes after xdist read them)
+        assert not item.get_closest_marker('slurm') or item.get_closest_marker('xdist_group'), f"{item.nodeid}: add xdist_group('slurm')"
     # the SLURM group first: its worker spends minutes waiting on jobs, which then overlap every other test
     items.sort(key=lambda item: item.get_closest_marker('slurm') is None)
 

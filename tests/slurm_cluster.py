@@ -28,6 +28,7 @@ def _exe(name): return shutil.which(name) or f'/usr/sbin/{name}'
 
 
 CONF = """ClusterName=chimeratest
+FirstJobId={first_job}
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
@@ -83,7 +84,12 @@ class LocalCluster:
             dev = r / 'dev' / f'nvidia{i}'
             if not dev.exists(): os.mknod(dev, 0o666 | 0o020000, os.makedev(195, i))  # a character device, like a GPU's
         ctld, d = _free_ports(2)
-        (r / 'slurm.conf').write_text(CONF.format(host=self.host, root=r, ctld_port=ctld, d_port=d, cpus=self.cpus, gpus=self.gpus))
+        # job ids of their own per test worker: a job's rendezvous port is 20000 + its id, so two clusters on this host
+        # (two workers, or a phase that starts while the last one's jobs end) never give two jobs one port
+        worker = os.environ.get('PYTEST_XDIST_WORKER', '')[2:]   # '0' for gw0, ...; '' outside xdist
+        first = 1000 * (int(worker) + 2) if worker.isdigit() else 1000
+        (r / 'slurm.conf').write_text(CONF.format(host=self.host, root=r, ctld_port=ctld, d_port=d, cpus=self.cpus, gpus=self.gpus,
+                                                  first_job=first))
         (r / 'gres.conf').write_text(f"AutoDetect=off\nNodeName={self.host} Name=gpu Type=fake File={r}/dev/nvidia[0-{self.gpus - 1}]\n")
 
     def _spawn(self, *cmd):

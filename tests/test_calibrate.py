@@ -21,7 +21,7 @@ from chimera_nb.report import prediction_history
 from chimera_nb.cli import slurm_main
 
 REPO = str(Path(__file__).resolve().parent.parent)
-pytestmark = [pytest.mark.slurm,   # the session's cluster (tests/conftest.py): skipped where it cannot start
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group('slurm'),   # the session's cluster (tests/conftest.py), one worker
               pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")]
 NAME = 'local-bert-tiny-float32'   # calibration_job's name for the generic preset (no partition), bert-tiny, float32
 

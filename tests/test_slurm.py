@@ -27,7 +27,7 @@ from chimera_nb.cli import slurm_main as cli
 from chimera_nb.checkpoint import RunComplete
 
 REPO = str(Path(__file__).resolve().parent.parent)
-pytestmark = [pytest.mark.slurm,   # the session's cluster (tests/conftest.py): skipped where it cannot start
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group('slurm'),   # the session's cluster (tests/conftest.py), one worker
               pytest.mark.skipif(bool(slurm_cluster.why_not()), reason=f"no local SLURM cluster: {slurm_cluster.why_not()}")]
 T = dict(model='bert-tiny', N=4, B=2, progress=False, eval_batches=1, timeout=90.0)
 
