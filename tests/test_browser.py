@@ -470,8 +470,8 @@ def test_every_playground_widget_survives_reload_under_load(lab, pages, tmp_path
     print(f"before {before}\nafter  {after}\nscreenshots in {tmp_path}")
 
 
-def _run_app_notebook(lab, pages, tmp_path, name:str) -> float:
-    "Run All on notebook `name` (the one `chimera-nb lab` writes); the seconds from its cell finishing to the first timeline drawn."
+def _run_app_notebook(lab, pages, tmp_path, name:str) -> tuple:
+    "Run All on notebook `name` (the one `chimera-nb lab` writes); (its page, the seconds from its cell finishing to the first timeline drawn)."
     page, errors = pages.notebook(lab, name)
     page.evaluate(APP_TIMING_JS)
     run_all(page)
@@ -479,15 +479,14 @@ def _run_app_notebook(lab, pages, tmp_path, name:str) -> float:
     lag = max(0.0, t['drawn'] - t['done']) / 1000
     screenshot(page, tmp_path, 'app-notebook.png', full=True)
     print(f"first drawing {lag:.2f} s after the cell finished; screenshots in {tmp_path}")
-    return lag
+    return page, lag
 
 
 def test_app_notebook_opens_draws_and_keeps_its_outputs(lab, pages, tmp_path):
     "The notebook `chimera-nb lab` wrote: Run All draws the app's timeline and breakdown; saved, it keeps its outputs."
     nb = lab['root'] / 'chimera-playground.ipynb'
     assert nb.exists(), 'chimera-nb lab did not write the playground notebook'
-    _run_app_notebook(lab, pages, tmp_path, nb.name)
-    page = pages.opened[-1][0]
+    page, _ = _run_app_notebook(lab, pages, tmp_path, nb.name)   # drawn: its time is the timing tier's (below)
     title = lambda p: p.locator('.js-plotly-plot .gtitle').evaluate_all('ts => ts.map(t => t.textContent)')
     wait_for(page, title, lambda ts: any('predicted' in x for x in ts), 60, 'the breakdown')
     page.keyboard.press('Control+s')
@@ -503,5 +502,5 @@ def test_app_notebook_draws_within_3s(lab, pages, tmp_path, notebooks):
     Measured here at 0.2-1.5 s idle; the bound leaves room for a loaded machine, not for the 2 s anywidget start-up failure."""
     fresh = lab['root'] / 'chimera-playground-timed.ipynb'
     fresh.write_text(notebooks)
-    lag = _run_app_notebook(lab, pages, tmp_path, fresh.name)
+    _, lag = _run_app_notebook(lab, pages, tmp_path, fresh.name)
     assert lag < 3, f"the first timeline came {lag:.1f} s after the app's cell finished (want < 3 s)"
