@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/checkpoint.html.md"""
 
 # %% auto #0
 __all__ = ['config_differences', 'save_checkpoint', 'read_manifest', 'verify_checkpoint', 'latest_checkpoint', 'check_resume',
-           'RunComplete', 'check_not_complete', 'load_checkpoint']
+           'RunComplete', 'check_not_complete', 'load_checkpoint', 'checkpoint_stages']
 
 # %% ../nbs/07_checkpoint.ipynb #7486fab8
 import errno, hashlib, json, os, re, shutil, stat, sys
@@ -82,6 +82,15 @@ def _read_in(d:Path, name:str, size:int|None=None) -> bytes:
     if size is not None and len(data) != size: raise ValueError(f"{name} is damaged ({got} bytes where {size:,} were written)")
     return data
 
+# %% ../nbs/07_checkpoint.ipynb #63168b33
+def _hash_in(d:Path, name:str, size:int) -> str:
+    "SHA-256 of `name` in `d` (`_open_in`), read a chunk at a time (a rank's file may be larger than the host's memory); ValueError unless it has `size` bytes."
+    h, n = hashlib.sha256(), 0
+    with _open_in(d, name) as f:
+        while n <= size and (chunk := f.read(min(16 << 20, size + 1 - n))): h.update(chunk); n += len(chunk)
+    if n != size: raise ValueError(f"{name} is damaged ({'more than ' if n > size else ''}{n:,} bytes where {size:,} were written)")
+    return h.hexdigest()
+
 # %% ../nbs/07_checkpoint.ipynb #4eb22983
 def _reason(name:str, e:Exception) -> str:
     "Why file `name` of a checkpoint folder cannot be used, from the error reading it raised."
@@ -117,17 +126,19 @@ def _publish(part:Path, d:Path):
     _remove(old)
 
 # %% ../nbs/07_checkpoint.ipynb #f0c5439a
-def _seal(cfg:TrainConfig, rt:PipelineRuntime, part:Path, step:int):
+def _seal(cfg:TrainConfig, rt:PipelineRuntime, part:Path, step:int, model:dict|None=None):
     "Rank 0, once every rank has written into `part`: the manifest, `part` renamed to the step's folder, then the `latest` pointer."
     files = {n: rec for r in range(rt.world) for n, rec in json.loads((part / f'rank{r:05d}.files.json').read_text()).items()}
     manifest = dict(format=_CHECKPOINT_FORMAT, step=step, world=rt.world, schedule=rt.schedule.to_text(), spec_key=cfg.spec.key(),
-                    config=cfg.to_dict(), files=files)
+                    config=cfg.to_dict(), files=files, **(dict(model=model) if model else {}))
     atomic_write(part / 'manifest.json', lambda f: f.write(json.dumps(manifest, indent=1).encode()))
     d = part.with_name(f'step_{step:08d}'); _publish(part, d)
     atomic_write(part.parent / 'latest', lambda f: f.write(d.name.encode()))   # its flush of the folder keeps the rename too
 
 # %% ../nbs/07_checkpoint.ipynb #cd12dbb0
-def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int) -> Path:
+def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int,
+                    model:dict|None=None, # what an export needs of the model (`models.model_record`): kept in the manifest
+                   ) -> Path:
     "Write this rank's checkpoint of the state before `step` (every rank calls it) into a partial folder that rank 0 seals and renames."
     root = Path(cfg.checkpoint_dir); part = root / f'.partial_step_{step:08d}'
     if rt.rank == 0:   # what a save cut off earlier left (a kill, a second Ctrl-C): the run's lock says no other run writes here
@@ -138,10 +149,9 @@ def save_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched, step:int) -
     for name, data in blobs.items(): atomic_write(part / name, lambda f, data=data: f.write(data))
     atomic_write(part / f'rank{rt.rank:05d}.files.json', lambda f: f.write(json.dumps({n: dict(size=len(b), sha256=_sha(b)) for n, b in blobs.items()}).encode()))
     rt.all_gather_floats([step])  # every rank has written
-    if rt.rank == 0: _seal(cfg, rt, part, step)
+    if rt.rank == 0: _seal(cfg, rt, part, step, model)
     rt.all_gather_floats([step])  # sealed before anyone moves on
     return root / f'step_{step:08d}'
-
 
 # %% ../nbs/07_checkpoint.ipynb #f1cac9cd
 def _count(v) -> bool: return isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -188,9 +198,9 @@ def verify_checkpoint(d:Path, world:int, schedule_text:str) -> str|None:
     if m['world'] != world or m['schedule'] != schedule_text:
         return f"it was written by a run of {m['world']} ranks with another schedule: resume with the same W, D and schedule"
     for name, rec in m['files'].items():
-        try: data = _read_in(d, name, rec['size'])
+        try: sha = _hash_in(d, name, rec['size'])
         except (OSError, ValueError) as e: return _reason(name, e)
-        if _sha(data) != rec['sha256']: return f"{name} is damaged (its hash is not the one written)"
+        if sha != rec['sha256']: return f"{name} is damaged (its hash is not the one written)"
     return None
 
 # %% ../nbs/07_checkpoint.ipynb #a75146f2
@@ -280,3 +290,29 @@ def load_checkpoint(cfg:TrainConfig, rt:PipelineRuntime, opt, sched) -> int:
     rt.step_count = step  # dropout streams are per (seed, step): the resumed run draws the same masks
     if rt.rank == 0: print(f"chimera-train: resumed from step {step} ({d})", flush=True)
     return step
+
+# %% ../nbs/07_checkpoint.ipynb #f011f726
+class _Names(dict):
+    "`_join`'s tensors as their own names: a rank's state with each tensor's key in its safetensors file instead of the tensor."
+    def __missing__(self, k): return k
+
+def _stage_names(d:Path, m:dict) -> dict:
+    "{stage: (rank, {state_dict key: tensor name in that rank's safetensors})}, each stage from the first rank holding it."
+    out = {}
+    for r in range(m['world']):
+        name = f'rank{r:05d}.json'
+        try: state = _join(json.loads(_read_in(d, name, m['files'][name]['size'])), _Names())
+        except (OSError, ValueError, KeyError, TypeError) as e: raise SpecError(f"checkpoint {d}: {_reason(name, e)}") from e
+        for st, names in (state.get('stages') or {}).items(): out.setdefault(int(st), (r, names))
+    return dict(sorted(out.items()))
+
+# %% ../nbs/07_checkpoint.ipynb #c5d7cfb9
+def checkpoint_stages(d:Path, # a sealed step folder (`step_00000042`)
+                     ):
+    "Yield (stage, its state_dict) of checkpoint `d`, stage by stage, each read only when its turn comes; `d` verified first."
+    from safetensors import safe_open
+    m, why = read_manifest(Path(d))
+    if why or (why := verify_checkpoint(Path(d), m['world'], m['schedule'])): raise SpecError(f"checkpoint {d} cannot be read: {why}")
+    for st, (r, names) in _stage_names(Path(d), m).items():
+        with _open_in(Path(d), f'rank{r:05d}.safetensors') as f, safe_open(f"/proc/self/fd/{f.fileno()}", 'pt') as st_file:
+            yield st, {k: st_file.get_tensor(v) for k, v in names.items()}

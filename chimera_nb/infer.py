@@ -16,7 +16,7 @@ import pandas as pd
 import torch
 import torch.distributed as dist
 from . import data as D
-from .models import build, to_stages
+from .models import build, to_stages, materialize
 from .partition import Stage
 from .runtime import PipelineRuntime
 from .schedules import make_schedule
@@ -126,9 +126,10 @@ def dp_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> list:
 def _pipeline_rank(rank:int, world:int, cfg:InferConfig, batch:int, td) -> list:
     "Time one global batch of `batch` sequences through the P-stage pipeline; return the batch times (every rank)."
     s = make_schedule(cfg.schedule, world, cfg.microbatches)
-    m = build(cfg.model, 'classify', num_labels=td.num_labels, seed=cfg.seed)
-    pm = to_stages(m, s.num_stages)
-    mine = {st: pm.stages[st] for st in s.stages_of(rank)}
+    m = build(cfg.model, 'classify', num_labels=td.num_labels, seed=cfg.seed, device='meta')
+    pm, own = to_stages(m, s.num_stages), s.stages_of(rank)
+    materialize(m, [i for st in own for i in range(pm.partition.boundaries[st], pm.partition.boundaries[st + 1])])   # this rank's layers only
+    mine = {st: pm.stages[st] for st in own}
     rt = PipelineRuntime(s, mine, pm.loss_fn, trace=False, timeout=cfg.timeout, ties=pm.ties,
                          autocast=(cfg.dtype == 'bfloat16'))
     x, y, _ = _inputs_for(cfg, batch, td)

@@ -7,10 +7,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/models.html.md"""
 # %% auto #0
 __all__ = ['LOSSES', 'BertEmbed', 'BertBlock', 'BertMLMHead', 'BertClassifierHead', 'GPT2Embed', 'GPT2BlockLayer', 'GPT2Head',
            'LlamaEmbed', 'LlamaBlock', 'LlamaHead', 'small_cnn', 'token_loss', 'causal_lm_loss', 'classification_loss',
-           'ModelLayers', 'family_of', 'build', 'parameter_count', 'PipelineModel', 'to_stages']
+           'ModelLayers', 'family_of', 'build', 'is_real', 'materialize', 'LayersOneAtATime', 'parameter_count',
+           'PipelineModel', 'to_stages', 'model_record']
 
 # %% ../nbs/04_models.ipynb #8ee2d124
-import contextlib, math, os, threading
+import contextlib, hashlib, math, os, threading, warnings
 from dataclasses import dataclass, field
 from typing import NamedTuple, Callable
 import torch
@@ -20,6 +21,7 @@ from .partition import Stage, partition, Partition
 from .catalog import Preset, PRESETS, TASKS, FAMILY_OF_TYPE   # beside the spec, which checks D and seq_len against them without torch
 from .checks import check_number
 from .files import load_dict
+from .weights import PretrainedWeights
 
 # %% ../nbs/04_models.ipynb #57119f6d
 class BertEmbed(nn.Module):
@@ -149,7 +151,7 @@ LOSSES = {'mlm': token_loss, 'clm': causal_lm_loss, 'classify': classification_l
 # %% ../nbs/04_models.ipynb #62c27d04
 @dataclass
 class ModelLayers:
-    "A model as an ordered list of stage-able layers, with its loss and its tied parameters."
+    "A model as an ordered list of stage-able layers (real, or shapes on the meta device), with its loss, its ties and where its weights come from."
     layers: list                 # nn.Modules, each payload -> payload
     loss_fn: Callable            # loss_fn(last layer's output, labels) -> scalar mean
     task: str                    # 'mlm', 'clm', 'classify' or 'image'
@@ -157,6 +159,12 @@ class ModelLayers:
     config: object = None        # the transformers config (None for the CNN)
     seq_len: int = 0
     ties: dict = field(default_factory=dict)   # key -> [(layer index, parameter name in that layer)], copies kept equal
+    init_module: Callable|None = None   # initialises one module in place (transformers' `_init_weights`; the CNN's `reset_parameters`)
+    seed: int = 0                # layer i starts from seed (seed, i): the same weights whatever process makes it
+    keys: list = field(default_factory=list)   # per layer {its state_dict key: (transformers' key, other keys a saved folder may use)}
+    weights: PretrainedWeights|None = None     # the saved folder its layers are read from (None: initialised from the seed)
+    architecture: str = ''       # transformers' class (an exported config.json names it)
+    shared: bool = False         # the tied copies are one parameter once every layer is real (`build(untie=False)`)
 
     @property
     def num_parameters(self) -> int:
@@ -169,35 +177,29 @@ _BUILD = threading.Lock()  # threads share torch's global RNG: one model constru
 
 @contextlib.contextmanager
 def _seeded_build(seed:int):
-    with _BUILD, torch.random.fork_rng():
+    with _BUILD, torch.random.fork_rng(devices=[]):   # layers are made on the CPU: no GPU generator to save
         torch.manual_seed(seed)
         yield
+
+def _layer_seed(seed:int, i:int) -> int:
+    "Layer `i`'s seed under the model's `seed`."
+    return int.from_bytes(hashlib.sha256(f"{seed}/{i}".encode()).digest()[:7], 'little')
 
 # %% ../nbs/04_models.ipynb #4a948413
 _HF_CLASSES = {('bert', 'mlm'): 'BertForMaskedLM', ('bert', 'classify'): 'BertForSequenceClassification',
                ('gpt2', 'clm'): 'GPT2LMHeadModel', ('llama', 'clm'): 'AutoModelForCausalLM'}
 
 def _hf_config(family:str, source:dict, **kw):
-    "A preset's transformers config; a Llama-family preset names its model_type (llama, qwen2, mistral)."
+    "A preset's (or a saved folder's) transformers config; a Llama-family one names its model_type (llama, qwen2, mistral)."
     import transformers as T
-    if family != 'llama': return (T.BertConfig if family == 'bert' else T.GPT2Config)(**{**source, **kw})
+    if family != 'llama' and 'model_type' not in source: return (T.BertConfig if family == 'bert' else T.GPT2Config)(**{**source, **kw})
     return T.AutoConfig.for_model(**{**source, **kw})   # overrides win over the preset's keys
 
-def _hf_model(family:str, task:str, source, overrides:dict, num_labels:int, seed:int):
-    "The transformers model for `task`: from a preset's config dict, or `from_pretrained(source)` for a path / hub name."
+def _hf_model(family:str, task:str, config):
+    "The transformers model for `task` on the meta device: its shapes, no memory and no initialisation."
     import transformers as T
     cls = getattr(T, _HF_CLASSES[(family, task)])
-    kw = dict(num_labels=num_labels) if task == 'classify' else {}
-    with _seeded_build(seed):
-        if isinstance(source, dict):
-            cfg = _hf_config(family, source, **overrides, **kw)
-            return cls.from_config(cfg) if family == 'llama' else cls(cfg)   # the Auto class picks Llama, Qwen2 or Mistral
-        try:
-            with _quiet_transformers(): return cls.from_pretrained(source, **overrides, **kw)
-        except OSError as e:
-            raise ValueError(f"cannot load {source!r}: not a folder with a saved model, and the hub cannot be reached "
-                             f"(no network here); give a local path (e.g. the MiniLM BERT the project installs), or a "
-                             f"preset: {', '.join(PRESETS)}") from e
+    with torch.device('meta'): return cls.from_config(config) if family == 'llama' else cls(config)   # the Auto class picks Llama, Qwen2 or Mistral
 
 # %% ../nbs/04_models.ipynb #2170cd30
 @contextlib.contextmanager
@@ -243,38 +245,61 @@ def family_of(path) -> str:
     if t not in FAMILY_OF_TYPE: raise ValueError(f"{path!r} is a {repr(t)[:40]} model; chimera_nb builds {', '.join(FAMILY_OF_TYPE)} models")
     return FAMILY_OF_TYPE[t]
 
+# %% ../nbs/04_models.ipynb #6d916201
+def _local_folder(name:str) -> str:
+    "The folder of a saved model: `name` itself, or a hub name's snapshot in the local cache (config and safetensors only)."
+    if os.path.isdir(name): return name
+    try:
+        from huggingface_hub import snapshot_download
+        return snapshot_download(name, allow_patterns=['config.json', '*.safetensors', '*.safetensors.index.json'])
+    except Exception as e:
+        raise ValueError(f"cannot load {name!r}: not a folder with a saved model, and the hub cannot be reached "
+                         f"(no network here); give a local path (e.g. the MiniLM BERT the project installs), or a "
+                         f"preset: {', '.join(PRESETS)}") from e
+
 # %% ../nbs/04_models.ipynb #9084826c
 _DROPOUTS = {'bert': ('hidden_dropout_prob', 'attention_probs_dropout_prob'), 'gpt2': ('resid_pdrop', 'embd_pdrop', 'attn_pdrop'),
              'llama': ('attention_dropout',)}   # each family's dropout probabilities (Llama's: attention only, 0 as trained)
 
-def build(model:str='bert-tiny', # a preset name, or a path (or hub name) of a saved BERT / GPT-2 / Llama / Qwen2 / Mistral
+def _source(model) -> tuple:
+    "(family, config dict, folder of saved weights or None, seq_len) of a preset name or a saved model's path / hub name."
+    if isinstance(model, os.PathLike): model = os.fspath(model)
+    if isinstance(model, dict) and model.get('model_type') in FAMILY_OF_TYPE: return FAMILY_OF_TYPE[model['model_type']], model, None, 0   # a config's to_dict()
+    if not isinstance(model, str): raise TypeError(f"model must be a preset name, a path or a transformers config's dict, got {type(model).__name__}")
+    if model in PRESETS: return PRESETS[model].family, PRESETS[model].config, None, PRESETS[model].seq_len
+    if not (os.path.isdir(model) or '/' in model):
+        raise ValueError(f"unknown model {model!r}: choose a preset ({', '.join(PRESETS)}) or give a folder with a saved model")
+    family = family_of(model)   # a hub name's config is read before its weights are fetched
+    folder = _local_folder(model)
+    return family, load_dict(os.path.join(folder, 'config.json'), 'model config'), folder, 0
+
+# %% ../nbs/04_models.ipynb #e0f01aba
+def build(model:str='bert-tiny', # a preset name, a path (or hub name) of a saved BERT / GPT-2 / Llama / Qwen2 / Mistral, or a config's dict
           task:str|None=None, # 'mlm', 'classify' (BERT), 'clm' (GPT-2, Llama), 'image' (CNN); default: the family's first
-          num_labels:int=2, # classes, for 'classify'
-          seed:int=0, # initial weights (presets)
+          num_labels:int|None=None, # classes, for 'classify' (default: the config's, else 2)
+          seed:int=0, # initial weights (of the layers a saved model lacks, such as a new classifier)
           untie:bool=True, # tied embeddings as two copies kept equal by the runtime (False: one shared parameter)
           dropout:float|None=None, # override the model's dropout probabilities
+          device=None, # 'meta': the shapes only (`materialize` makes chosen layers real); else every layer, there (default the CPU)
           **overrides) -> ModelLayers:
     "The model as stage-able layers, its loss and its ties."
-    if isinstance(model, os.PathLike): model = os.fspath(model)
-    if not isinstance(model, str): raise TypeError(f"model must be a preset name or a path, got {type(model).__name__}")
-    if model in PRESETS: family, source, seq = PRESETS[model].family, PRESETS[model].config, PRESETS[model].seq_len
-    elif os.path.isdir(model) or '/' in model: family, source, seq = family_of(model), model, 0
-    else: raise ValueError(f"unknown model {model!r}: choose a preset ({', '.join(PRESETS)}) or give a folder with a saved model")
+    family, source, folder, seq = _source(model)
     task = task or TASKS[family][0]
     if task not in TASKS[family]: raise ValueError(f"a {family} model does the tasks {TASKS[family]}, not {task!r}")
     if family == 'cnn':
-        with _seeded_build(seed): return ModelLayers(small_cnn(**{**source, **overrides}), classification_loss, task, family)
-    if dropout is not None:
-        overrides.update({k: dropout for k in _DROPOUTS[family]})
-    m = _hf_model(family, task, source, overrides, num_labels, seed)
-    layers, ties = {'bert': _bert_layers, 'gpt2': _gpt2_layers, 'llama': _llama_layers}[family](m, task)
-    seq = seq or m.config.max_position_embeddings   # GPT-2's n_positions under its common name
-    out = ModelLayers(layers, LOSSES[task], task, family, m.config, seq, ties)
-    return _untie(out) if untie else out
+        with torch.device('meta'): out = ModelLayers(small_cnn(**{**source, **overrides}), classification_loss, task, family, init_module=_reset, seed=seed)
+    else:
+        if dropout is not None: overrides.update({k: dropout for k in _DROPOUTS[family]})
+        m = _hf_model(family, task, _hf_config(family, source, **overrides, **(dict(num_labels=num_labels) if task == 'classify' and num_labels is not None else {})))
+        layers, ties = {'bert': _bert_layers, 'gpt2': _gpt2_layers, 'llama': _llama_layers}[family](m, task)
+        out = ModelLayers(layers, LOSSES[task], task, family, m.config, seq or m.config.max_position_embeddings, ties, m._init_weights, seed,
+                          _state_keys(m, layers), PretrainedWeights(folder) if folder else None, type(m).__name__)
+    out = _untie(out); out.shared = not untie   # copies while they are shapes; one parameter again once all are real
+    return out if device is not None and torch.device(device).type == 'meta' else materialize(out, device=device)
 
 # %% ../nbs/04_models.ipynb #44e28429
 def _untie(m:ModelLayers) -> ModelLayers:
-    "Give every tied parameter after the first its own copy (equal values); the ties stay recorded for the runtime."
+    "Give every tied parameter after the first its own copy (made real with the source's values); the ties stay recorded for the runtime."
     for key, places in m.ties.items():
         (i0, n0), rest = places[0], places[1:]
         src = m.layers[i0].get_parameter(n0)
@@ -282,6 +307,121 @@ def _untie(m:ModelLayers) -> ModelLayers:
             mod_name, _, attr = n.rpartition('.')
             setattr(m.layers[i].get_submodule(mod_name), attr, nn.Parameter(src.detach().clone()))
     return m
+
+# %% ../nbs/04_models.ipynb #e1ccc3a4
+def _state_keys(hf, layers:list) -> list:
+    "Per layer, {key in the layer's state_dict: (its key in `hf`'s state_dict, the same without or with the base model's prefix)}."
+    where, base = {id(mod): name for name, mod in hf.named_modules(remove_duplicate=False)}, hf.base_model_prefix
+    out = []
+    for l in layers:
+        keys = {}
+        for k in l.state_dict(keep_vars=True):
+            mod, _, attr = k.rpartition('.')
+            owner = where.get(id(l.get_submodule(mod)))
+            if owner is None: continue
+            full = f"{owner}.{attr}" if owner else attr
+            keys[k] = (full, full[len(base) + 1:] if full.startswith(base + '.') else f"{base}.{full}")
+        out.append(keys)
+    return out
+
+# %% ../nbs/04_models.ipynb #6afa3bee
+def _post_order(m:nn.Module):
+    "`m`'s modules, each after its children (as transformers' own initialisation visits them)."
+    for c in m.children(): yield from _post_order(c)
+    yield m
+
+def _reset(m:nn.Module):
+    "PyTorch's own initialisation of a module that has one (the CNN's layers)."
+    if hasattr(m, 'reset_parameters') and any(True for _ in m.parameters(recurse=False)): m.reset_parameters()
+
+# %% ../nbs/04_models.ipynb #a20cf242
+@torch.no_grad()
+def _make_layer(m:ModelLayers, i:int) -> nn.Module:
+    "Layer `i` made real on the CPU: initialised from its seed, then (a saved model) its tensors read from the folder."
+    layer = m.layers[i].to_empty(device='cpu')
+    for t in layer.parameters():
+        if t.is_floating_point(): t.fill_(math.nan)
+    with _seeded_build(_layer_seed(m.seed, i)):
+        for mod in _post_order(layer): m.init_module(mod)
+    if m.weights is not None: _load_layer(m, i)
+    if bad := [n for n, p in layer.named_parameters() if p.is_floating_point() and p.isnan().any()]:
+        raise ValueError(f"layer {i} of the {m.family} model: {', '.join(bad[:3])} not initialised by its initialiser: a module "
+                         f"chimera_nb does not know; give it a reset_parameters()")
+    return layer
+
+# %% ../nbs/04_models.ipynb #adc5c8c9
+def _load_layer(m:ModelLayers, i:int):
+    "Layer `i`'s tensors from `m.weights` (the folder), each read on its own; a missing one (not a tie copy or a new classifier) is warned about."
+    layer, state, missing = m.layers[i], m.layers[i].state_dict(keep_vars=True), []
+    copies = {n for places in m.ties.values() for j, n in places[1:] if j == i}
+    for k, cands in m.keys[i].items():
+        key = next((c for c in cands if c in m.weights), None)
+        if key is None:
+            if k not in copies: missing.append(cands[0])
+            continue
+        t = m.weights.get(key)
+        if t.shape != state[k].shape:
+            raise ValueError(f"{key} has shape {tuple(t.shape)} in {str(m.weights.folder)!r}, the config makes {tuple(state[k].shape)}: "
+                             f"its config.json and its weights disagree")
+        state[k].data.copy_(t)
+    if missing and not (m.task == 'classify' and i == len(m.layers) - 1):
+        warnings.warn(f"{len(missing)} tensors of layer {i} are not in {str(m.weights.folder)!r} and start from the seed: {', '.join(missing[:4])}")
+
+# %% ../nbs/04_models.ipynb #f92464b4
+def _source_value(m:ModelLayers, i0:int, n0:str) -> torch.Tensor:
+    "Parameter `n0` of layer `i0`: the real one, or a copy from layer `i0` made for the moment."
+    p = m.layers[i0].get_parameter(n0)
+    if p.device.type != 'meta': return p.detach()
+    t = _make_layer(m, i0).get_parameter(n0).detach().clone()
+    m.layers[i0].to('meta')   # let the rest of it go
+    return t
+
+def _fill_ties(m:ModelLayers, i:int):
+    "Every tied copy in layer `i` set to its source's values."
+    for places in m.ties.values():
+        (i0, n0), rest = places[0], places[1:]
+        for j, n in rest:
+            if j == i: m.layers[i].get_parameter(n).data.copy_(_source_value(m, i0, n0))
+
+# %% ../nbs/04_models.ipynb #8da9a1f0
+def is_real(layer:nn.Module) -> bool:
+    "Whether `layer` has its tensors (none on the meta device)."
+    return not any(t.device.type == 'meta' for t in list(layer.parameters()) + list(layer.buffers()))
+
+def materialize(m:ModelLayers, # from `build(..., device='meta')`
+                which=None, # indices of the layers to make real (default: all)
+                device=None, # where they go (default: the CPU)
+               ) -> ModelLayers:
+    "Make layers `which` of `m` real on `device`, one at a time, from their seed or the saved folder; the others stay shapes."
+    dev = torch.device(device if device is not None else 'cpu')
+    for i in sorted(set(range(len(m.layers)) if which is None else which)):
+        if is_real(m.layers[i]): continue
+        _make_layer(m, i); _fill_ties(m, i)
+        m.layers[i].to(dev)
+    if m.shared and all(map(is_real, m.layers)): _retie(m)
+    return m
+
+# %% ../nbs/04_models.ipynb #1d315010
+def _retie(m:ModelLayers):
+    "Make every tied copy the source's own parameter again (`build(untie=False)`: one process holding every layer)."
+    for places in m.ties.values():
+        src = m.layers[places[0][0]].get_parameter(places[0][1])
+        for i, n in places[1:]:
+            mod_name, _, attr = n.rpartition('.')
+            setattr(m.layers[i].get_submodule(mod_name), attr, src)
+
+# %% ../nbs/04_models.ipynb #fd7e18c3
+class LayersOneAtATime:
+    "`m`'s layers in order, each made real (on `device`) while it is used and let go after (a layer real before stays real)."
+    def __init__(self, m:ModelLayers, device=None): self.m, self.device = m, device
+    def __len__(self): return len(self.m.layers)
+    def __iter__(self):
+        for i, layer in enumerate(self.m.layers):
+            held = is_real(layer)
+            if not held: materialize(self.m, [i], self.device)
+            try: yield layer
+            finally:
+                if not held: layer.to('meta')
 
 # %% ../nbs/04_models.ipynb #ea0128ea
 def parameter_count(preset:str) -> dict:
@@ -324,3 +464,10 @@ def to_stages(model:ModelLayers, # from `build`
     ties = {key: [(where(i)[0], f"layers.{where(i)[1]}.{n}") for i, n in places] for key, places in model.ties.items()}
     ties = {k: v for k, v in ties.items() if len({st for st, _ in v}) > 1 or len(v) > 1}
     return PipelineModel(p.stages, model.loss_fn, ties, p, model)
+
+# %% ../nbs/04_models.ipynb #6ce113ef
+def model_record(pm:PipelineModel) -> dict:
+    "The model of a run, as plain data a checkpoint's manifest keeps: family, task, transformers class and config, stage boundaries."
+    ml = pm.layers
+    return dict(family=ml.family, task=ml.task, architecture=ml.architecture, boundaries=list(pm.partition.boundaries),
+                config=ml.config.to_dict() if ml.config is not None else None)

@@ -176,6 +176,7 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                    progress:bool=True, # a tqdm bar when profiling takes over a second
                    autocast:bool=False, # bf16 autocast, as the runtime's `autocast` (on CUDA; a CPU ignores it, as the runtime does)
                    split:bool=True, # also time the split backward's B and W (zero-bubble schedules); False: a third less work, and a model halves the backward for them
+                   takes_grad:bool=False, # the first layer's input takes gradients too (a stage after the first, profiled alone)
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
     from tqdm.auto import tqdm
@@ -183,7 +184,7 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
     amp = autocast and getattr(device_of(sample), 'type', None) == 'cuda'
     for i, layer in enumerate(tqdm(layers, desc='profiling', unit='layer', delay=1.0, leave=False, disable=not progress)):
         params = [p for p in layer.parameters() if p.requires_grad]
-        xin = _detached(x) if i > 0 else x
+        xin = _detached(x) if i > 0 or takes_grad else x
         lf = loss_fn if i == len(layers) - 1 else None   # the last layer's forward includes its loss
         fw, bw, y, saved = _timed_runs(layer, xin, lf, target, repeats, params, amp)
         takes_grad = any(l.requires_grad for l in flatten(xin)[0])   # else the runtime's B does nothing and its W the whole backward
@@ -266,6 +267,7 @@ class Profile:
     date: str = ''
     name: str = ''              # its name in the profiles folder (`calibrate`), '' for one not kept there
     machine: dict = field(default_factory=dict)  # where it was measured (`calibrate`): hosts, gpu, driver, partition, the links timed
+    host_memory_bytes: float = math.inf   # a node's host memory, shared by its gpus_per_node ranks (`Hardware.host_memory_bytes`; inf: not known)
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
@@ -273,7 +275,7 @@ class Profile:
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
         for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
-        check_number('memory_bytes', self.memory_bytes, float, lo=0, open_lo=True, finite=False)   # inf: no limit
+        for n in ('memory_bytes', 'host_memory_bytes'): check_number(n, getattr(self, n), float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
         _check_fields(self)
         self.fixed = [] if self.fixed is None else self.fixed   # JSON's null: none
@@ -301,7 +303,7 @@ def to_json(self:Profile) -> str:
     "The profile as JSON (infinite bandwidth as null)."
     d = dataclasses.asdict(self)
     d['layers'] = [l._asdict() for l in self.layers]
-    for k in ('p2p_bandwidth', 'memory_bytes'): d[k] = None if math.isinf(d[k]) else d[k]
+    for k in ('p2p_bandwidth', 'memory_bytes', 'host_memory_bytes'): d[k] = None if math.isinf(d[k]) else d[k]
     return json.dumps(d, indent=1)
 
 # %% ../nbs/02c_profile.ipynb #s2080071
@@ -313,7 +315,7 @@ def from_json(cls:Profile, text:str,
     try: d = parse_dict(text, 'json', what)
     except ValueError as e: raise ValueError(f"not a profile: {e}") from e
     if 'layers' not in d: raise ValueError(f"not a profile: {what} has no 'layers'")
-    for k in ('p2p_bandwidth', 'memory_bytes'): d[k] = math.inf if d.get(k) is None else d[k]
+    for k in ('p2p_bandwidth', 'memory_bytes', 'host_memory_bytes'): d[k] = math.inf if d.get(k) is None else d[k]
     fs = dataclasses.fields(cls)
     if unknown := set(d) - {f.name for f in fs}: raise ValueError(f"not a profile: unknown keys {sorted(unknown)[:5]}")
     if missing := [f.name for f in fs if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in d]:
@@ -542,7 +544,7 @@ def estimate_profile(model:str, # a BERT, GPT-2 or Llama-family preset (catalog.
                    hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
                    ties=[((0, L + 1), w * V * h)] if dims.tied else [],  # the head's decoder is the word embedding (models.build ties them)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(versions()),
-                   gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node,
+                   gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node, host_memory_bytes=hardware.host_memory_bytes,
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/02c_profile.ipynb #8f9c3887

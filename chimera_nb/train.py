@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from . import data as D
-from .models import build, to_stages
+from .models import build, to_stages, materialize, is_real, LayersOneAtATime, model_record
 from .spec import TrainConfig, EXIT_REQUEUE
 from .checks import SpecError
 from .runtime import PipelineRuntime, pick_device
@@ -32,20 +32,24 @@ _TORCH_DTYPES = {'float32': torch.float32, 'float64': torch.float64, 'bfloat16':
 # %% ../nbs/07_train.ipynb #d6648105
 def prepare_model(cfg:TrainConfig, td:TaskData, schedule,
                   agree=None, # costs -> costs every rank shares (`_agreed_costs`): the ranks' timings differ, their boundaries must not
+                  stages=None, # the stages to make real (a rank's own); default all. The others stay shapes on the meta device
+                  device=None, # where they go (default the CPU), one layer at a time
                  ):
-    "The model split into the schedule's stages (every rank builds the same one from the seed)."
+    "The model split into the schedule's stages: the partition decided on the model's shapes, then only `stages` made real."
     task = task_of(cfg)
     extra = dict(num_labels=td.num_labels) if task == 'classify' else {}
     if task == 'image': extra = dict(**td.model_config)
-    m = build(cfg.spec.location, task, seed=cfg.seed, dropout=cfg.dropout, **extra)
+    m = build(cfg.spec.location, task, seed=cfg.seed, dropout=cfg.dropout, device='meta', **extra)
     by = cfg.balance
-    if by in ('time', 'memory'):   # measured here: balanced on the costs every rank agreed on, so all cut the model alike
+    if by in ('time', 'memory'):   # measured here, a layer at a time; balanced on the costs every rank agreed on, so all cut the model alike
         x, y = split_batch(D.global_batch(td.train, 0, cfg.spec.B, cfg.seed))
-        costs = layer_costs(m.layers, by, x, m.loss_fn, y)
+        costs = layer_costs(LayersOneAtATime(m), by, x, m.loss_fn, y)
         by = balance(agree(costs) if agree else costs, schedule.num_stages)
     pm = to_stages(m, schedule.num_stages, by=by)
+    b, mine = pm.partition.boundaries, range(schedule.num_stages) if stages is None else stages
+    materialize(m, [i for st in mine for i in range(b[st], b[st + 1])], device)
     if cfg.spec.dtype == 'float64':
-        for st in pm.stages: st.double()
+        for st in mine: pm.stages[st].double()
     return pm
 
 # %% ../nbs/07_train.ipynb #30db8989
@@ -145,9 +149,9 @@ def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     if rank != 0: _quiet()   # one progress bar per run (rank 0's), not one per rank in the job's log
     td = td or prepare_data(cfg)
     s = cfg.spec.make()
-    pm = prepare_model(cfg, td, s, agree=lambda costs: _agreed_costs(costs, world, cfg.timeout))
-    D_ = s.num_ranks
-    mine = {st: pm.stages[st] for st in s.stages_of(rank % D_)}
+    own = s.stages_of(rank % s.num_ranks)   # this rank makes only these stages' layers, on its device
+    pm = prepare_model(cfg, td, s, agree=lambda costs: _agreed_costs(costs, world, cfg.timeout), stages=own, device=pick_device(None))
+    mine = {st: pm.stages[st] for st in own}
     rt = PipelineRuntime(s, mine, pm.loss_fn, dp_width=cfg.spec.W, seed=cfg.seed, sync=cfg.spec.sync, ties=pm.ties, timeout=cfg.timeout,
                          autocast=(cfg.spec.dtype == 'bfloat16'), probe_memory=True)
     opt = torch.optim.AdamW(list(rt.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -196,9 +200,10 @@ def _loop(rank, cfg, td, pm, rt, opt, sched, on_step) -> TrainResult:
     "`train_rank`'s loop: resume, profile, the steps with their metrics, evaluations and checkpoints, and the summary."
     start = load_checkpoint(cfg, rt, opt, sched) if cfg.resume else 0
     log, stop, probe = MetricsLog(cfg.metrics if rank == 0 else None), _StopFlag().install(), ResourceProbe(rt.device)
-    profile = profile_stages(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
+    measured = profile_stages(cfg, pm, td, rt) if cfg.metrics else None   # a collective: every rank, or none
+    profile = measured.layers if measured is not None else None
     if cfg.spec.compile: _compile_stages(rt.stages.values(), cfg.spec.compile)   # after the profile: compiling inside a timing would swamp it
-    basis = log_start(log, cfg, rt, profile, start, pm, td)   # the run's identity, predicted step, FLOPs and peak, first
+    basis = log_start(log, cfg, rt, measured, start)   # the run's identity, predicted step, FLOPs and peak, first
     bar = _bar(cfg, start) if rank == 0 else None
     losses, ev, times, t_run, clock = [], {}, [], time.perf_counter(), StepClock()
     step, skips = start, 0
@@ -221,7 +226,7 @@ def _loop(rank, cfg, td, pm, rt, opt, sched, on_step) -> TrainResult:
                 ev = evaluate_model(cfg, rt, td); log.write(event='eval', step=step, **ev)
             asked = any(v[0] for v in ranks)
             if cfg.checkpoint_dir and (asked or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0) or step == cfg.steps):
-                save_checkpoint(cfg, rt, opt, sched, step)
+                save_checkpoint(cfg, rt, opt, sched, step, model_record(pm))
             if asked: return TrainResult(step, True, losses, ev, {})
     finally:
         if bar is not None: bar.close()

@@ -36,12 +36,14 @@ CONFIGS_TIED = [('1f1b', 4, {}), ('chimera', 4, {}), ('zb-h1', 4, {})]
 CONFIGS_HYBRID = [('chimera', 4, {}), ('1f1b', 4, dict(recompute=True))]
 
 
-def _transformers_model(seed, over):
-    "transformers' own model, built the way `build` seeds it (same weights), in float64."
+def _transformers_model(ml):
+    "transformers' own model holding the built layers' weights (copied in by their transformers keys), in float64."
     import transformers as T
-    with torch.random.fork_rng():
-        torch.manual_seed(seed)
-        return T.AutoModelForCausalLM.from_config(T.AutoConfig.for_model(**{**PRESETS['llama-tiny'].config, **over})).double()
+    hf = T.AutoModelForCausalLM.from_config(ml.config)
+    sd = {keys[k][0]: t for l, keys in zip(ml.layers, ml.keys) for k, t in l.state_dict().items() if k in keys}
+    missing, unexpected = hf.load_state_dict(sd, strict=False)
+    assert not unexpected and set(missing) <= {'lm_head.weight'}, (missing, unexpected)   # a tied head is the embedding's own
+    return hf.double()
 
 
 def _hf_name(i, n, last):
@@ -65,7 +67,7 @@ def _exact(rank, world, name, N, opts, dp_width=1, over=None, steps=2):
     if rec is not None: s = dataclasses.replace(s, recompute=rec)
     model = to_stages(build('llama-tiny', seed=4, attn_implementation='eager', **over), s.num_stages)
     for m in model.stages: m.double()
-    hf = _transformers_model(4, dict(attn_implementation='eager', **over))
+    hf = _transformers_model(model.layers)
     last, bounds = len(model.layers.layers) - 1, model.partition.boundaries
     where = {st: [(p, hf.get_parameter(_hf_name(bounds[st] + int(n.split('.')[1]), n.split('.', 2)[2], last)))
                   for n, p in m.named_parameters()] for st, m in enumerate(model.stages)}
