@@ -334,11 +334,26 @@ def _reset(m:nn.Module):
     "PyTorch's own initialisation of a module that has one (the CNN's layers)."
     if hasattr(m, 'reset_parameters') and any(True for _ in m.parameters(recurse=False)): m.reset_parameters()
 
+# %% ../nbs/04_models.ipynb #423482d2
+def _moved(layer:nn.Module, move) -> nn.Module:
+    "`move(layer)` (to_empty, .to), with every tensor the layer's modules share shared again afterwards."
+    names = {}
+    for n, t in list(layer.named_parameters(remove_duplicate=False)) + list(layer.named_buffers(remove_duplicate=False)):
+        names.setdefault(id(t), []).append(n)
+    move(layer)
+    for first, *rest in (v for v in names.values() if len(v) > 1):
+        mod, _, attr = first.rpartition('.')
+        src = getattr(layer.get_submodule(mod), attr)
+        for n in rest:
+            mod, _, attr = n.rpartition('.')
+            setattr(layer.get_submodule(mod), attr, src)
+    return layer
+
 # %% ../nbs/04_models.ipynb #a20cf242
 @torch.no_grad()
 def _make_layer(m:ModelLayers, i:int) -> nn.Module:
     "Layer `i` made real on the CPU: initialised from its seed, then (a saved model) its tensors read from the folder."
-    layer = m.layers[i].to_empty(device='cpu')
+    layer = _moved(m.layers[i], lambda l: l.to_empty(device='cpu'))
     for t in layer.parameters():
         if t.is_floating_point(): t.fill_(math.nan)
     with _seeded_build(_layer_seed(m.seed, i)):
@@ -373,7 +388,7 @@ def _source_value(m:ModelLayers, i0:int, n0:str) -> torch.Tensor:
     p = m.layers[i0].get_parameter(n0)
     if p.device.type != 'meta': return p.detach()
     t = _make_layer(m, i0).get_parameter(n0).detach().clone()
-    m.layers[i0].to('meta')   # let the rest of it go
+    _moved(m.layers[i0], lambda l: l.to('meta'))   # let the rest of it go
     return t
 
 def _fill_ties(m:ModelLayers, i:int):
@@ -397,8 +412,9 @@ def materialize(m:ModelLayers, # from `build(..., device='meta')`
     for i in sorted(set(range(len(m.layers)) if which is None else which)):
         if is_real(m.layers[i]): continue
         _make_layer(m, i); _fill_ties(m, i)
-        m.layers[i].to(dev)
+        _moved(m.layers[i], lambda l: l.to(dev))
     if m.shared and all(map(is_real, m.layers)): _retie(m)
+    if m.weights is not None: m.weights.close()   # the files' mapped pages leave with them
     return m
 
 # %% ../nbs/04_models.ipynb #1d315010
@@ -421,7 +437,7 @@ class LayersOneAtATime:
             if not held: materialize(self.m, [i], self.device)
             try: yield layer
             finally:
-                if not held: layer.to('meta')
+                if not held: _moved(layer, lambda l: l.to('meta'))
 
 # %% ../nbs/04_models.ipynb #ea0128ea
 def parameter_count(preset:str) -> dict:

@@ -38,22 +38,22 @@ def _weight_map(folder:Path) -> dict:
         return {k: _shard_name(v, folder) for k, v in wm.items()}
     if os.path.lexists(folder / _SINGLE):
         from safetensors import safe_open
-        with safe_open(_checked_file(folder, _SINGLE), 'pt') as f: return dict.fromkeys(f.keys(), _SINGLE)
+        path, fd = _checked_file(folder, _SINGLE)
+        try:
+            with safe_open(path, 'pt') as f: return dict.fromkeys(f.keys(), _SINGLE)
+        finally: os.close(fd)
     raise SpecError(f"{str(folder)!r} has no {_SINGLE} or {_INDEX}: give a folder saved by save_pretrained (safetensors; "
                     f"an older pytorch_model.bin can be re-saved with save_pretrained(folder, safe_serialization=True))")
 
 # %% ../nbs/03b_weights.ipynb #7e6a6b95
-def _checked_file(folder:Path, name:str) -> str:
-    "A path to file `name` in `folder` that reads the regular file checked now (its descriptor stays open with the process)."
+def _checked_file(folder:Path, name:str) -> tuple:
+    "(a path that reads the regular file `name` in `folder` checked now, its descriptor: keep it open while the path is read)."
     p = folder / name
     try: fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError as e: raise SpecError(f"{str(p)!r} is missing: the folder's weight index names it; copy the whole folder") from e
     except OSError as e: raise SpecError(f"cannot read {str(p)!r}: {e.strerror}") from e
     if not stat.S_ISREG(os.fstat(fd).st_mode): os.close(fd); raise SpecError(f"{str(p)!r} is not a regular file: give the folder save_pretrained wrote")
-    _PINNED.append(fd)
-    return f"/proc/self/fd/{fd}" if os.path.isdir('/proc/self/fd') else str(p)
-
-_PINNED = []   # descriptors of the shards read: kept open so the paths above stay valid while a reader maps them
+    return (f"/proc/self/fd/{fd}" if os.path.isdir('/proc/self/fd') else str(p)), fd
 
 # %% ../nbs/03b_weights.ipynb #571e45f7
 class PretrainedWeights:
@@ -71,11 +71,17 @@ class PretrainedWeights:
         name = self.where[key]
         if name not in self._files:
             from safetensors import safe_open
-            self._files[name] = safe_open(_checked_file(self.folder, name), 'pt')
-        try: t = self._files[name].get_tensor(key)
+            path, fd = _checked_file(self.folder, name)
+            self._files[name] = (safe_open(path, 'pt'), fd)
+        try: t = self._files[name][0].get_tensor(key)
         except Exception as e: raise SpecError(f"{key!r} is not in {name} though the weight index says so: the index and the shards disagree; save the model again") from e
         self.bytes_read += t.numel() * t.element_size()
         return t
+
+    def close(self):
+        "Let go of the files read so far (their mapped pages leave this process's memory); a later `get` opens them again."
+        for handle, fd in self._files.values(): handle.__exit__(None, None, None); os.close(fd)
+        self._files.clear()
 
 # %% ../nbs/03b_weights.ipynb #12b39a40
 def _shard_file(k:int, n:int) -> str: return _SINGLE if n == 1 else f"model-{k + 1:05d}-of-{n:05d}.safetensors"
