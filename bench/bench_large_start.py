@@ -49,14 +49,26 @@ def stage_states(model:str, D:int) -> list:
     return [16 * sum(p.numel() for p in st.parameters()) for st in pm.stages]
 
 
-def run_case(name:str, model:str, D:int=4) -> list:
+def predicted_host(model:str, preset:str, D:int) -> list:
+    "Each rank's host peak by the memory model (`memory.host_memory`, a CPU run: the stages' training state on the host, no checkpoint), at the run's own cut."
+    from chimera_nb.hardware import HARDWARE
+    from chimera_nb.memory import host_memory
+    from chimera_nb.models import build, to_stages
+    from chimera_nb.profile import estimate_profile
+    from chimera_nb.schedules import make_schedule
+    b = to_stages(build(model, device='meta'), D).partition.boundaries   # the run balances the stages by parameters
+    prof = estimate_profile(preset, HARDWARE['h100'], 1, 16, 'float32')   # shapes and activations; the hardware's times do not enter
+    return [h.peak for h in host_memory(prof, make_schedule('1f1b', D, 4), gpu=False, checkpoint=False, boundaries=b)]
+
+
+def run_case(name:str, model:str, D:int=4, preset:str|None=None) -> list:
     cmd = [sys.executable, '-m', 'chimera_nb.cli', 'train', '--model', model, '--schedule', '1f1b', '-D', str(D), '-N', '4', '-B', '1',
            '--seq-len', '16', '--steps', '1', '--local-ranks', str(D), '--no-progress']
     code, peaks, wall, out = peaks_of(cmd)
     ranks = [v for v in peaks.values() if v > 200e6][:D]   # the ranks (not the short-lived helpers a process may start)
-    states = stage_states(model, D)
-    rows = [dict(case=name, rank=r, peak_rss_GB=p / GB, state_GB=s / GB, over_GB=(p - s) / GB, ok=p <= s + 1.5 * GB)
-            for r, (p, s) in enumerate(zip(ranks, states))]
+    states, pred = stage_states(model, D), predicted_host(model, preset or model, D)
+    rows = [dict(case=name, rank=r, peak_rss_GB=p / GB, state_GB=s / GB, over_GB=(p - s) / GB, ok=p <= s + 1.5 * GB,
+                 predicted_GB=q / GB, error=f"{q / p - 1:+.1%}") for r, (p, s, q) in enumerate(zip(ranks, states, pred))]
     print(f"\n{name}: exit {code}, {wall:.0f} s" + ('' if code == 0 else f"\n{out}"), flush=True)
     return rows, code
 
@@ -104,7 +116,9 @@ def main():
             folder = Path(d) / 'llama-1b'
             size = save_llama(folder)
             print(f"saved a {size / GB:.2f} GB Llama ({len(list(folder.glob('*.safetensors')))} shards)", flush=True)
-            r, codes['llama-1b'] = run_case('llama-1b (saved, sharded), D=4, 1f1b', str(folder)); rows += r
+            from chimera_nb.catalog import PRESETS, Preset
+            PRESETS['bench-llama-1b'] = Preset('llama', {k: v for k, v in LLAMA_1B.items()}, 2048)   # its shapes, for the memory model's estimate
+            r, codes['llama-1b'] = run_case('llama-1b (saved, sharded), D=4, 1f1b', str(folder), preset='bench-llama-1b'); rows += r
             start = startup(str(folder))
     print(json.dumps(dict(codes=codes, rows=rows, startup=start), default=str))
     print('\n' + md_table(rows))

@@ -20,7 +20,7 @@ def peak_rss() -> float: return resource.getrusage(resource.RUSAGE_SELF).ru_maxr
 def save(folder:Path, hidden:int, layers:int):
     "A Llama-3.2-3B-shaped model (GPT-2 BPE's vocabulary: the folder has no tokenizer of its own), saved in bf16 by transformers, in its own process."
     cfg = dict(model_type='llama', hidden_size=hidden, intermediate_size=hidden * 8 // 3 // 256 * 256 or 256, num_attention_heads=max(1, hidden // 128),
-               num_key_value_heads=max(1, hidden // 384), num_hidden_layers=layers, vocab_size=50304, max_position_embeddings=4096)
+               num_key_value_heads=max(1, hidden // 512), num_hidden_layers=layers, vocab_size=50304, max_position_embeddings=4096)
     dev = 'cuda' if torch.cuda.is_available() else 'cpu'
     code = (f"import torch, transformers; torch.manual_seed(0)\nwith torch.device({dev!r}): m = transformers.AutoModelForCausalLM.from_config("
             f"transformers.AutoConfig.for_model(**{cfg!r}), dtype=torch.bfloat16)\nm.save_pretrained({str(folder)!r}, max_shard_size='2GB')")
@@ -31,7 +31,7 @@ def save(folder:Path, hidden:int, layers:int):
 def main():
     a = argparse.ArgumentParser()
     a.add_argument('--out', default=os.environ.get('OUT', 'out/gpu-large-start')); a.add_argument('--hidden', type=int, default=3072)
-    a.add_argument('--layers', type=int, default=28); a.add_argument('--steps', type=int, default=6); a.add_argument('--seq-len', type=int, default=512)
+    a.add_argument('--layers', type=int, default=28); a.add_argument('--data', default=None, help='a text file, one document per line (default: the Wikipedia slice)'); a.add_argument('--steps', type=int, default=6); a.add_argument('--seq-len', type=int, default=512)
     a = a.parse_args()
     out = Path(a.out); out.mkdir(parents=True, exist_ok=True)
     from chimera_nb.launch import init_from_env
@@ -46,7 +46,7 @@ def main():
         init_from_env()
         cuda = torch.cuda.is_available()
         cfg = TrainConfig(PipelineSpec(model=str(folder), D=1, N=4, B=2, seq_len=a.seq_len, schedule='1f1b', dtype='bfloat16' if cuda else 'float32'),
-                          steps=a.steps, lr=1e-4, progress=False, metrics=str(out / 'metrics.jsonl'), eval_batches=1)
+                          steps=a.steps, lr=1e-4, progress=False, data=a.data, metrics=str(out / 'metrics.jsonl'), eval_batches=1)
         td = prepare_data(cfg)
         rss0 = psutil.Process().memory_info().rss
         t0 = time.perf_counter()

@@ -25,6 +25,7 @@ from .hardware import Hardware, HARDWARE, profiles_folder
 from .profile import split_times
 from .simulate import sig3
 from .baselines import predict_async, ASYNC_SCHEMES
+from .memory import host_memory, node_need
 from fastcore.basics import patch
 
 # %% ../nbs/09_autotune.ipynb #0677f57d
@@ -215,11 +216,16 @@ def _limit(memory_limit, prof_at) -> float:
     "The memory limit in bytes per GPU (None: each profile's device memory); infinite is no limit."
     return check_number('memory_limit', memory_limit, float, lo=0, open_lo=True, finite=False, none=True)
 
+def _host_limit(host_memory_limit) -> float|None:
+    "The host memory limit in bytes per node (None: each profile's node, `Profile.host_memory_bytes`); infinite is no limit."
+    return check_number('host_memory_limit', host_memory_limit, float, lo=0, open_lo=True, finite=False, none=True)
+
 # %% ../nbs/09_autotune.ipynb #s2090021
-def _row(c:PipelineSpec|None, p:Prediction) -> dict:
+def _row(c:PipelineSpec|None, p:Prediction, host:float=math.nan) -> dict:
     "A ranking row (`c` None: an asynchronous baseline, which has no spec)."
     return dict(label=p.label, schedule=c.schedule if c else p.label, W=p.W, D=p.D, B=p.B, N=c.N if c else p.N, recompute=p.recompute,
                 iteration_s=p.iteration_s, throughput=p.throughput, bubble=p.bubble_ratio, memory_GiB=p.memory_per_gpu / 2**30,
+                host_GiB=host / 2**30,   # the fullest node's host memory (`memory.node_need`)
                 **p.breakdown._asdict(), method=p.method, key=c.key() if c else '', warning=p.warning, spec=c)
 
 # %% ../nbs/09_autotune.ipynb #a91a22d2
@@ -233,7 +239,28 @@ def _misfit(prof:Profile, s:Schedule, limit:float, optimizer:str, order:bool=Tru
     k = max(range(len(mem)), key=mem.__getitem__)
     return f"out of memory on rank {k} (stages {s.stages_of(k)}): {what}{mem[k] / 2**30:.3g} GiB > limit {limit / 2**30:.3g} GiB"
 
-def _evaluate(c:PipelineSpec, prof_at, limit, optimizer, method):
+_HOST = {}
+def _host_need(prof:Profile, s:Schedule, W:int, optimizer:str):
+    "The fullest node's host memory (`memory.NodeMemory`) of W replicas of `s` on `prof`'s nodes (its GPUs per node), cached per placement."
+    gpu = prof.device != 'cpu'   # a measured CPU profile: the host holds the training state, which the order sets
+    key = (id(prof), tuple(tuple(s.stages_of(r)) for r in range(s.num_ranks)), s.num_stages, W, optimizer) if gpu else None
+    if key is not None and (hit := _HOST.get(key)) is not None and hit[0] is prof: return hit[1]
+    if len(_HOST) > 50000: _HOST.clear()
+    nm = node_need(host_memory(prof, s, gpu, optimizer), W, prof.gpus_per_node)
+    if key is not None: _HOST[key] = (prof, nm)
+    return nm
+
+def _host_misfit(prof:Profile, s:Schedule, W:int, host:float|None, optimizer:str) -> str|None:
+    "Why W replicas of `s` overfill a node's host memory (`host` bytes, None: the profile's node; inf: not checked), or None."
+    lim = host if host is not None else prof.host_memory_bytes
+    if lim == math.inf: return None
+    nm = _host_need(prof, s, W, optimizer)
+    if nm.need <= lim: return None
+    h = max(nm.per_rank, key=lambda h: h.peak)
+    return (f"out of host memory on node {nm.node} ({len(nm.ranks)} ranks): {nm.need / 2**30:.3g} GiB > limit {lim / 2**30:.3g} GiB "
+            f"(rank {h.rank}'s {h.largest}: {getattr(h, h.largest) / 2**30:.3g} GiB)")
+
+def _evaluate(c:PipelineSpec, prof_at, limit, optimizer, method, host:float|None=None):
     "(Prediction, None) or (None, reason): what cannot fit is rejected before it is timed."
     prof = prof_at(c.B)
     if prof is None: return None, f"no profile at micro-batch size {c.B}"
@@ -241,6 +268,7 @@ def _evaluate(c:PipelineSpec, prof_at, limit, optimizer, method):
     if s.num_stages > len(prof.layers):
         return None, f"{s.num_stages} stages but the model has {len(prof.layers)} layers"
     if (why := _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer)) is not None: return None, why
+    if (why := _host_misfit(prof, s, c.W, host, optimizer)) is not None: return None, why   # GPUs and host: both must hold it
     return _predict(prof, c, method, optimizer), None
 
 # %% ../nbs/09_autotune.ipynb #70c71504
@@ -264,11 +292,11 @@ def _bound(c:PipelineSpec, prof_at, by:str='counts') -> float:
     return c.W * c.B * s.microbatches * s.microbatch_scale / predict_bound(prof, s, c.W, by) * (1 + 1e-9)   # float slack: a cap, never below
 
 # %% ../nbs/09_autotune.ipynb #bb090007
-def _heavy(c:PipelineSpec, prof_at, limit, optimizer:str) -> str|None:
-    "Why `c`'s weights and their state alone overfill a GPU, before any bound is replayed (None: they fit, or `_evaluate` will say why not)."
+def _heavy(c:PipelineSpec, prof_at, limit, optimizer:str, host:float|None=None) -> str|None:
+    "Why `c`'s weights and their state alone overfill a GPU, or its ranks a node's host memory, before any bound is replayed (None: they fit, or `_evaluate` will say why not)."
     prof, s = prof_at(c.B), c.make()
     if prof is None or s.num_stages > len(prof.layers): return None
-    return _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, order=False)
+    return _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, order=False) or _host_misfit(prof, s, c.W, host, optimizer)
 
 # %% ../nbs/09_autotune.ipynb #bb090004
 class _Leaders:
@@ -302,6 +330,7 @@ def _too_large(c:PipelineSpec) -> str|None:
 # %% ../nbs/09_autotune.ipynb #s2090030
 def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:bool=True,
               exact:int|None=None, # prune what cannot reach the first `exact` rows nor its schedule's best (None: predict all)
+              host:float|None=None, # host memory per node (None: each profile's node)
              ) -> tuple:
     "(ranking rows, rejected rows, pruned rows) of the candidates `todo`: (spec, None) or (fields, reason) pairs."
     from tqdm.auto import tqdm
@@ -314,10 +343,10 @@ def _rank_all(todo:list, prof_at, limit, optimizer:str, method:str, progress:boo
     for i in tqdm(sorted(range(len(specs)), key=lambda i: -bounds[i]), desc='autotune', unit='config', delay=1.0, leave=False, disable=not progress):
         c, g = specs[i], schedule_label(specs[i].schedule, specs[i].options)
         if exact is not None and known[i] is None:
-            if (why := _heavy(c, prof_at, limit, optimizer)) is not None: bad.append(_rejected(c, None, why)); continue
+            if (why := _heavy(c, prof_at, limit, optimizer, host)) is not None: bad.append(_rejected(c, None, why)); continue
             if not lead.admits(g, bounds[i]): pruned.append(_pruned(c, g, bounds[i], exact)); continue
             if not all(lead.admits(g, cap := _bound(c, prof_at, by)) for by in BOUNDS[1:]): pruned.append(_pruned(c, g, cap, exact)); continue
-        p, why = _evaluate(c, prof_at, limit, optimizer, method)
+        p, why = _evaluate(c, prof_at, limit, optimizer, method, host)
         if why is None: done.append((i, _row(c, p))); lead.add(g, p.throughput)
         else: bad.append(_rejected(c, p, why))
     return [r for _, r in sorted(done, key=lambda x: x[0])], bad, pruned   # in the candidates' order: ties rank as before
@@ -339,7 +368,7 @@ def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
     return ok
 
 # %% ../nbs/09_autotune.ipynb #867a99e9
-def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float) -> dict|None:
+def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float, host:float|None=None) -> dict|None:
     "The ranking row of the order searched for `c`'s D and N on its costs (None if it cannot fit or beat nothing)."
     from chimera_nb.search import search_schedule
     from chimera_nb.simulate import Costs, simulate
@@ -353,7 +382,8 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float)
     s = c.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
     p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), 'simulate', optimizer)
     lim = limit if limit is not None else prof.memory_bytes
-    return None if p.memory_per_gpu > lim else _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
+    if p.memory_per_gpu > lim or _host_misfit(prof, s.make(), s.W, host, optimizer): return None
+    return _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
 
 # %% ../nbs/09_autotune.ipynb #a7c10006
 def _same_runs(rank):
@@ -373,7 +403,7 @@ def _rejected(c, p, why) -> dict:
 # %% ../nbs/09_autotune.ipynb #s2090035
 def _tuning(ok, bad, seconds, pruned=(), basis:str='') -> Tuning:
     import pandas as pd
-    cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB',
+    cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB', 'host_GiB',
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'key', 'warning', 'spec']
     rank = pd.DataFrame(ok, columns=cols)
     # best first; among equal predictions (GPipe and 1F1B at N = D) the one needing less memory
@@ -423,27 +453,30 @@ def autotune(gpus:int, # P
              search_time:float=5.0, # seconds per searched configuration
              progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
              exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
+             host_memory_limit:float|None=None, # bytes of host memory per node (default: the profile's node, `Profile.host_memory_bytes`; inf: not checked)
             ) -> Tuning:
-    "Rank every configuration of P GPUs for the global batch by predicted throughput, under the memory limit: a table of specs."
+    "Rank every configuration of P GPUs for the global batch by predicted throughput, under the GPU and host memory limits: a table of specs."
     if spec is not None: model = model or spec.model
     hardware, profile = _hardware(hardware or (spec.hardware if spec is not None else None), profile, model)
     _check_tune(gpus, search, search_time, refine, exact)
     prof_at = _profiles(profile, model, hardware)
-    limit = _limit(memory_limit, prof_at)
+    limit, host = _limit(memory_limit, prof_at), _host_limit(host_memory_limit)
     first = next(iter(profile.values())) if isinstance(profile, dict) else profile
     base = spec or _base_spec(first, model, hardware, sync)
     import pandas as pd   # before the clock starts: its first import is not the search's time
     t0 = time.perf_counter()
     with gc_paused(promote=True):  # one pause for the whole search (re-enabling the collector per schedule costs a collection each); its caches go straight to the oldest generation
         todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
-        ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None)
+        ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None, host)
         ok = _checked(ok, exact or 10, prof_at)
         asyn = _async_rows(gpus, global_batch, _schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)
         ok, bad = ok + asyn[0], bad + asyn[1]
     if refine and ok: ok = _refine(ok, refine, prof_at, optimizer)
     if search and ok:
         ok.sort(key=lambda r: -r['throughput'])
-        ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time))]
+        ok += [row for r in ok[:search] if (row := _searched(r['spec'], prof_at(r['spec'].B), limit, optimizer, search_time, host))]
+    for r in ok:   # each ranked row's node: its host memory beside its GPU's
+        if r['spec'] is not None: r['host_GiB'] = _host_need(prof_at(r['spec'].B), r['spec'].make(), r['spec'].W, optimizer).need / 2**30
     return _tuning(ok, bad, time.perf_counter() - t0, pruned, _basis(profile, hardware))
 
 # %% ../nbs/09_autotune.ipynb #0146e072

@@ -54,6 +54,11 @@ class BertClassifierHead(nn.Module):
     def forward(self, h, mask): return self.classifier(self.dropout(self.pooler(h)))
 
 # %% ../nbs/04_models.ipynb #761dcaa0
+def _no_cache(make) -> dict:
+    "The keyword that says 'no cache' to a transformers mask function: `cache` in transformers >= 5.2x, `past_key_values` before."
+    import inspect
+    return {'cache' if 'cache' in inspect.signature(make).parameters else 'past_key_values': None}
+
 class GPT2Embed(nn.Module):
     "GPT-2's token and position embeddings, and the causal mask: (input_ids, attention_mask) -> (h, mask)."
     def __init__(self, wte, wpe, drop, config):
@@ -64,8 +69,8 @@ class GPT2Embed(nn.Module):
         from transformers.masking_utils import create_causal_mask
         pos = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
         e = self.wte(input_ids)
-        mask = create_causal_mask(config=self.config, inputs_embeds=e, attention_mask=attention_mask, past_key_values=None,
-                                  position_ids=pos, allow_is_causal_skip=False)
+        mask = create_causal_mask(config=self.config, inputs_embeds=e, attention_mask=attention_mask, position_ids=pos,
+                                  allow_is_causal_skip=False, **_no_cache(create_causal_mask))
         return self.drop(e + self.wpe(pos)), mask
 
 # %% ../nbs/04_models.ipynb #6c734411
@@ -89,8 +94,8 @@ def _causal_masks(config, h, attention_mask, pos) -> tuple:
     "One materialised mask per attention kind the layers use, in order of first use (transformers' own mask functions)."
     from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
     make = {'full_attention': create_causal_mask, 'sliding_attention': create_sliding_window_causal_mask}
-    return tuple(make[k](config=config, inputs_embeds=h, attention_mask=attention_mask, cache=None, position_ids=pos,
-                         allow_is_causal_skip=False) for k in dict.fromkeys(_layer_kinds(config)))
+    return tuple(make[k](config=config, inputs_embeds=h, attention_mask=attention_mask, position_ids=pos, allow_is_causal_skip=False,
+                         **_no_cache(make[k])) for k in dict.fromkeys(_layer_kinds(config)))
 
 # %% ../nbs/04_models.ipynb #ce9dcde0
 class LlamaEmbed(nn.Module):
@@ -325,10 +330,10 @@ def _state_keys(hf, layers:list) -> list:
     return out
 
 # %% ../nbs/04_models.ipynb #6afa3bee
-def _post_order(m:nn.Module):
-    "`m`'s modules, each after its children (as transformers' own initialisation visits them)."
-    for c in m.children(): yield from _post_order(c)
-    yield m
+def _post_order(m:nn.Module, name:str=''):
+    "(name, module) of `m`'s modules, each after its children (as transformers' own initialisation visits them)."
+    for n, c in m.named_children(): yield from _post_order(c, f"{name}.{n}" if name else n)
+    yield name, m
 
 def _reset(m:nn.Module):
     "PyTorch's own initialisation of a module that has one (the CNN's layers)."
@@ -352,12 +357,15 @@ def _moved(layer:nn.Module, move) -> nn.Module:
 # %% ../nbs/04_models.ipynb #a20cf242
 @torch.no_grad()
 def _make_layer(m:ModelLayers, i:int) -> nn.Module:
-    "Layer `i` made real on the CPU: initialised from its seed, then (a saved model) its tensors read from the folder."
+    "Layer `i` made real on the CPU: initialised from its seed, or (a saved model) its tensors read from the folder; what the folder lacks from the seed."
     layer = _moved(m.layers[i], lambda l: l.to_empty(device='cpu'))
     for t in layer.parameters():
         if t.is_floating_point(): t.fill_(math.nan)
+    read = {k for k, cands in m.keys[i].items() if any(c in m.weights for c in cands)} if m.weights is not None else set()
     with _seeded_build(_layer_seed(m.seed, i)):
-        for mod in _post_order(layer): m.init_module(mod)
+        for name, mod in _post_order(layer):   # a module the folder fills entirely is not initialised first (a 70B is minutes of normal_)
+            own = [f"{name}.{t}" if name else t for t, _ in list(mod.named_parameters(recurse=False)) + list(mod.named_buffers(recurse=False))]
+            if not read or any(k not in read for k in own): m.init_module(mod)
     if m.weights is not None: _load_layer(m, i)
     if bad := [n for n, p in layer.named_parameters() if p.is_floating_point() and p.isnan().any()]:
         raise ValueError(f"layer {i} of the {m.family} model: {', '.join(bad[:3])} not initialised by its initialiser: a module "
@@ -413,8 +421,8 @@ def materialize(m:ModelLayers, # from `build(..., device='meta')`
         if is_real(m.layers[i]): continue
         _make_layer(m, i); _fill_ties(m, i)
         _moved(m.layers[i], lambda l: l.to(dev))
+        if m.weights is not None: m.weights.close()   # the files' mapped pages leave with the layer: the host holds one layer's
     if m.shared and all(map(is_real, m.layers)): _retie(m)
-    if m.weights is not None: m.weights.close()   # the files' mapped pages leave with them
     return m
 
 # %% ../nbs/04_models.ipynb #1d315010

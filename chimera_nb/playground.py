@@ -19,7 +19,7 @@ from .program import resolve_sync
 from .profile import Profile, estimate_profile, measured_profiles
 from .hardware import HARDWARE
 from .viz import plot_breakdown, replace_figure
-from .memory import memory_estimate, MEMORY_PARTS
+from .memory import memory_estimate, MEMORY_PARTS, host_memory, node_need, HOST_PARTS
 from .catalog import PRESETS
 from .explore import Explorer, show_with_hint, alive_style, responsive
 from .viz import GLOSSARY, sig3, pct
@@ -33,8 +33,8 @@ def _hardware_options(current:str|None=None) -> list:
 # %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2', 'llama')]   # the presets `estimate_profile` knows
 
-def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None) -> dict:
-    "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, and the Tune button."
+def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None, host_gib:float|None=None) -> dict:
+    "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, host memory per node, and the Tune button."
     st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
     return dict(model=W.Dropdown(options=_MODELS, value=model, description='model', style=st),
                 hardware=W.Dropdown(options=_hardware_options(hardware), value=hardware, description='GPU', style=st),
@@ -43,6 +43,8 @@ def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:floa
                                        style=st, layout=box('180px')),
                 memory=W.BoundedFloatText(value=memory_gib or 0.0, min=0, max=1e4, description='GiB/GPU (0: the GPU\'s)', style=st,
                                           layout=box('220px')),
+                host=W.BoundedFloatText(value=host_gib or 0.0, min=0, max=1e6, description='host GiB/node (0: the node\'s)', style=st,
+                                        layout=box('250px')),
                 tune_button=W.Button(description='Tune', button_style='primary'))
 
 # %% ../nbs/12_playground.ipynb #d239caf8
@@ -51,8 +53,9 @@ class Playground(W.VBox):
     spec = traitlets.Instance(PipelineSpec, allow_none=True)   # the chosen spec (None until a search); the explorer follows it
 
     def __init__(self, model:str='bert-48', hardware:str='b200', gpus:int=8, global_batch:int=128, memory_gib:float|None=None,
-                 micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None):
-        for k, w in _inputs(model, hardware, gpus, global_batch, memory_gib).items(): setattr(self, k, w)
+                 micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None,
+                 host_gib:float|None=None):   # host memory a node (None: the GPU preset's node)
+        for k, w in _inputs(model, hardware, gpus, global_batch, memory_gib, host_gib).items(): setattr(self, k, w)
         self.message, self.table, self.details = W.HTML(), W.HTML(), W.HTML()
         self.choice = W.Dropdown(options=[], description='configuration', style=dict(description_width='initial'), layout=W.Layout(width='640px', max_width='100%'))
         self.explorer = Explorer(memory=False)   # width: the notebook's
@@ -62,7 +65,7 @@ class Playground(W.VBox):
         self.actions = W.HBox([self.slurm_button, self.calibrate_button])   # other tools add their buttons here
         self.profile, self.micro_batch_sizes, self.tuning, self._callbacks, self.form = profile, tuple(micro_batch_sizes), None, [], None
         wrap = W.Layout(flex_flow='row wrap')
-        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.tune_button], layout=wrap),
+        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.host, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
                           self.details, self.breakdown, self.explorer])
         self.children += (alive_style(self),)   # hides the re-run line while the app is drawn
@@ -133,7 +136,8 @@ def tune(self:Playground):
     try:
         prof = self._base_profile()
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
-        self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, model=self.model.value,
+        host = self.host.value * 2**30 if self.host.value > 0 else None   # else the node's (the preset's, a measured profile's)
+        self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, host_memory_limit=host, model=self.model.value,
                                hardware=HARDWARE.get(self.hardware.value), micro_batch_sizes=self.micro_batch_sizes,
                                exact=_CHOICES)   # every row the dropdown offers is the search's own, none skipped by its bound
     except (ValueError, TypeError) as e:
@@ -163,7 +167,7 @@ def _clear(self:Playground):
 # %% ../nbs/12_playground.ipynb #e4021dee
 _RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute',
                     'iteration_s': 'iteration (s)', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
-                    'memory_GiB': 'memory (GiB/GPU)', 'mfu': 'MFU'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
+                    'memory_GiB': 'memory (GiB/GPU)', 'host_GiB': 'host memory (GiB/node)', 'mfu': 'MFU'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
 
 def _ranking_html(r, rows:int=10) -> str:
     "The first `rows` of an autotune ranking as HTML: units in the headers, 3 significant digits, scrolls sideways."
@@ -176,6 +180,15 @@ def _ranking_html(r, rows:int=10) -> str:
     return f"<div style='overflow-x:auto;max-width:100%'>{t.to_html(index=True, escape=False)}</div>"
 
 # %% ../nbs/12_playground.ipynb #31a14785
+def _host_html(prof:Profile, s:PipelineSpec) -> str:
+    "HTML: the host memory of each pipeline rank by part (`memory.host_memory`), and the fullest node's need."
+    import pandas as pd
+    hm = host_memory(prof, s.make(), prof.device != 'cpu')
+    nm = node_need(hm, s.W, prof.gpus_per_node)
+    t = pd.DataFrame([{'rank': h.rank, **{k: getattr(h, k) for k in HOST_PARTS}, 'peak': h.peak} for h in hm]).set_index('rank')
+    return (f"<b>Host memory per rank (GiB)</b>: the fullest node's {len(nm.ranks)} ranks need {sig3(nm.need / 2**30)} GiB"
+            f"<div style='overflow-x:auto;max-width:100%'>{t.div(2**30).round(3).to_html()}</div>")
+
 @patch
 def choose(self:Playground, index:int|None):
     "Choose ranking row `index`: its spec becomes `.spec`."
@@ -184,7 +197,7 @@ def choose(self:Playground, index:int|None):
 
 @patch
 def _spec_chosen(self:Playground, change):
-    "The chosen spec's memory per GPU and predicted breakdown; the callbacks hear of it."
+    "The chosen spec's memory per GPU and host memory per rank, and its predicted breakdown; the callbacks hear of it."
     s = change['new']
     self.slurm_button.disabled = s is None
     if s is None:
@@ -193,7 +206,7 @@ def _spec_chosen(self:Playground, change):
     prof = self._base_profile().at(s.B)
     mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
     self.details.value = ("<b>Memory per GPU (GiB)</b><div style='overflow-x:auto;max-width:100%'>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
-                          .set_index('rank').div(2**30).round(3).to_html()) + "</div>")
+                          .set_index('rank').div(2**30).round(3).to_html()) + "</div>" + _host_html(prof, s))
     preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration").update_layout(width=None, autosize=True)
     replace_figure(self.breakdown, fig)

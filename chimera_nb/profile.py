@@ -462,8 +462,14 @@ def boundaries(self:Profile, stages:int) -> list:
 
 # %% ../nbs/02c_profile.ipynb #s2080022
 @patch
-def stage_profiles(self:Profile, stages:int) -> list:
-    "One `LayerProfile` per stage of the time-balanced split."
+def stage_profiles(self:Profile, stages:int,
+                   boundaries=None, # the split to use ([0, b1, ..., len(layers)], e.g. a run's `partition.boundaries`); default the time-balanced one
+                  ) -> list:
+    "One `LayerProfile` per stage of the time-balanced split (or of `boundaries`)."
+    if boundaries is not None:
+        b = list(boundaries)
+        if len(b) != stages + 1 or b[0] != 0 or b[-1] != len(self.layers): raise ValueError(f"boundaries {b} do not split {len(self.layers)} layers into {stages} stages")
+        return [_stage_profile(self.layers[x:y]) for x, y in zip(b, b[1:])]
     cache = self.__dict__.setdefault('_stages', {})  # searches ask for the same split often
     if stages not in cache:
         b = self.boundaries(stages)

@@ -6,11 +6,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'read_metrics', 'collect',
-           'JobWatch', 'JobForm', 'job_form']
+           'host_needs', 'mem_bytes', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job',
+           'read_metrics', 'collect', 'JobWatch', 'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
-import dataclasses, datetime, html, json, os, re, shlex, shutil, subprocess, sys, time
+import dataclasses, datetime, html, json, math, os, re, shlex, shutil, subprocess, sys, time
 from fastcore.basics import patch
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -19,6 +19,7 @@ from typing import NamedTuple
 from .spec import PipelineSpec, TrainConfig, layouts, EXIT_REQUEUE
 from .checks import SpecError, check_number
 from .simulate import sig3
+from .memory import node_host_memory, mem_request
 
 # %% ../nbs/10_slurm.ipynb #11da2988
 _ALLOWED = {  # field kind: (regular expression, what the message says is allowed)
@@ -269,8 +270,50 @@ def _environment(job:SlurmJob) -> list:
     if job.gpus_per_node: L += ['export TORCH_NCCL_ASYNC_ERROR_HANDLING=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}']
     return L
 
+# %% ../nbs/10_slurm.ipynb #hm100002
+def host_needs(job:SlurmJob, # the job: its ranks per node, GPUs and allow_cpu
+               configs:list|None=None, # its tasks' runs (default [job.train])
+              ) -> dict:
+    "{'gpu' and/or 'cpu': bytes the fullest node's ranks need at most over the tasks, 'keys': the runs estimated}; {} for a model not estimated."
+    devices = (['gpu', 'cpu'] if job.allow_cpu else ['gpu']) if job.gpus_per_node else ['cpu']   # allow_cpu: the job finds out which
+    out, keys = {}, []
+    for cfg in configs or [job.train]:
+        try: needs = {d: node_host_memory(cfg, job.ntasks_per_node, gpu=d == 'gpu', checkpoint=True).need for d in devices}   # a job saves when stopped
+        except SpecError as e:
+            if 'is not estimated' in str(e): continue
+            raise
+        keys.append(cfg.spec.key())
+        for d, n in needs.items(): out[d] = max(out.get(d, 0.0), n)
+    return dict(out, keys=keys) if keys else {}
+
+_MEM_UNIT = {'': 2**20, 'k': 2**10, 'm': 2**20, 'g': 2**30, 't': 2**40}   # sbatch's: a bare number is megabytes
+
+def mem_bytes(mem:str) -> int:
+    "Bytes of an sbatch `--mem` value such as 16gb, 4000M, 1T or 4000 (megabytes); 0: all of the node's."
+    n, unit = re.fullmatch(r'([0-9]+)([KMGTkmgt]?)[Bb]?', _check_value('mem', mem, 'mem')).groups()
+    return int(n) * _MEM_UNIT[unit.lower()]
+
+def _check_mem(job:SlurmJob, need:dict):
+    "Refuse a job whose --mem cannot hold the host memory its node's ranks need wherever they run (`host_needs`), with the --mem that can."
+    least = min((v for k, v in need.items() if k != 'keys'), default=0.0)
+    if job.mem and least and 0 < mem_bytes(job.mem) < least:
+        raise SpecError(f"mem={job.mem} cannot hold the host memory the {job.ntasks_per_node} ranks of a node need ({sig3(least / 2**30)} GiB: "
+                        f"memory.node_host_memory): use mem='{mem_request(least)}', or fewer ranks a node (more nodes, a larger D)")
+
+def _host_check(job:SlurmJob, configs:list, need:dict|None=None) -> list:
+    "The script's lines that refuse, before any rank starts, a node whose memory cannot hold its ranks (none for a job of another program)."
+    need = {} if job.program else host_needs(job, configs) if need is None else need
+    if not need: return []
+    device = 'auto' if len(need) == 3 else 'gpu' if 'gpu' in need else 'cpu'
+    args = ' '.join(f"--need-{d} {int(math.ceil(need[d]))}" for d in ('gpu', 'cpu') if d in need)
+    worst = max(need.get('gpu', 0.0), need.get('cpu', 0.0))
+    return [_comment(f"host memory: the {job.ntasks_per_node} ranks of a node need {sig3(worst / 2**30)} GiB (chimera_nb.memory.node_host_memory; "
+                     f"--mem={mem_request(worst)} holds it): checked here, before any rank starts"),
+            f'"$PYTHON" -m chimera_nb.memory --config "$OUT/run.toml" --ranks-per-node {job.ntasks_per_node} --device {device} {args} '
+            f'--keys {",".join(need["keys"])} || exit $?']
+
 # %% ../nbs/10_slurm.ipynb #4bdfc3ad
-def _launch(job:SlurmJob, run:Path, configs:list) -> list:
+def _launch(job:SlurmJob, run:Path, configs:list, need:dict|None=None) -> list:
     q = shlex.quote
     L = ['case "${SLURM_ARRAY_TASK_ID:-none}" in']
     for i, cfg in enumerate(configs):   # each task's run file, written by the script itself (quoted here-document: no expansion)
@@ -278,6 +321,7 @@ def _launch(job:SlurmJob, run:Path, configs:list) -> list:
         L += [f'  {key}) OUT={out}; mkdir -p "$OUT"; cat > "$OUT/run.toml" <<\'{_END}\'', *_here_doc(run_toml(cfg)), '  ;;']
     L += ['  *) echo "chimera_nb: no task ${SLURM_ARRAY_TASK_ID}" >&2; exit 2 ;;', 'esac',
           'echo "chimera_nb: job $SLURM_JOB_ID restart ${SLURM_RESTART_COUNT:-0} on $SLURM_JOB_NODELIST, rendezvous $MASTER_ADDR:$MASTER_PORT, GPUs ${CUDA_VISIBLE_DEVICES:-none}"',
+          *_host_check(job, configs, need),
           'trap - ERR; rc=0',
           *([f'srun "$PYTHON" -m {" ".join(map(q, job.program))} --config "$OUT/run.toml" --out "$OUT" || rc=$?'] if job.program else
             ['srun "$PYTHON" -m chimera_nb.cli train --config "$OUT/run.toml" --metrics "$OUT/metrics.jsonl" \\',
@@ -302,10 +346,12 @@ def render(job:SlurmJob, # the job (checked here)
     configs = list(configs) if configs else [job.train]
     for i, c in enumerate(configs):
         check_job(dataclasses.replace(job, train=c))  # every task must fit the same allocation
+    need = {} if job.program else host_needs(job, configs)   # the host memory a node's ranks need: --mem must hold it
+    _check_mem(job, need)
     run = Path(job.run_dir) if portable else Path(job.run_dir).absolute()
     _check_value('run_dir', str(run), 'path')
     lines = (_header(job, run, len(configs) if len(configs) > 1 else None, portable) + [_comment(n).rstrip() for n in notes]
-             + _layout_comment(job) + _environment(job) + _launch(job, run, configs))
+             + _layout_comment(job) + _environment(job) + _launch(job, run, configs, need))
     return '\n'.join(lines) + '\n'
 
 # %% ../nbs/10_slurm.ipynb #e79104a8

@@ -9,7 +9,10 @@ __all__ = ['ready_scripts']
 
 # %% ../nbs/10a_slurm_scripts.ipynb #d5179079
 from .spec import PipelineSpec, TrainConfig
-from .slurm import preset, render
+import dataclasses
+from .slurm import preset, render, host_needs, check_job
+from .memory import mem_request
+from .hardware import HARDWARE
 
 # %% ../nbs/10a_slurm_scripts.ipynb #2d7b3007
 _CHANGE = ["WHAT TO CHANGE before `sbatch` (from the folder where the run's files should go):",
@@ -17,9 +20,17 @@ _CHANGE = ["WHAT TO CHANGE before `sbatch` (from the folder where the run's file
           "  PYTHON and the module / conda lines: an environment with chimera_nb installed (pip install chimera-nb)",
           "  the run in run.toml below (chimera-train --help lists its keys); run folder: the OUT= path (relative to here)"]
 
+def _mem(job) -> str|None:
+    "The --mem of `job`: its nodes' host memory need (`slurm.host_needs`) with 10% over, at most the node's; None for a model not estimated."
+    need = host_needs(job)
+    if not need: return None
+    hw = HARDWARE.get(job.train.spec.hardware)
+    return mem_request(max(need.get('gpu', 0.0), need.get('cpu', 0.0)), hw.host_memory_bytes if hw else float('inf'))
+
 def _ready(name, train, which='hpg-b200', **kw):
     job = preset(which, train, name=name, run_dir=f'runs/{name}', account='mygroup', qos='mygroup', python='python',
                  modules=('conda', 'cuda/12.8.1'), setup=('eval "$(conda shell.bash hook)"', 'conda activate chimera'), **kw)
+    if 'mem' not in kw and (mem := _mem(job)): job = check_job(dataclasses.replace(job, mem=mem))   # the need, not the preset's fixed amount
     return render(job, portable=True, notes=_CHANGE)
 
 # %% ../nbs/10a_slurm_scripts.ipynb #1c60b568
@@ -37,6 +48,13 @@ def ready_scripts() -> dict:
     out['llama3-8b-chimera.sbatch'] = _ready('llama3-8b-chimera', TrainConfig(llama, steps=200, lr=1e-4, warmup=20, checkpoint_every=100,
                                              timeout=600.0),   # every rank builds 8B weights (minutes on CPU) and saves 2 stages' state
                                              nodes=1, time='04:00:00')
+    # Llama-3-70B on 4 B200 nodes: the tuner's best Chimera configuration on 32 GPUs for a global batch of 64 whose nodes keep half
+    # their host memory free (autotune(32, 64, model='llama3-70b', hardware='b200', schedules=['chimera'], micro_batch_sizes=[1, 2, 4],
+    # host_memory_limit=2**40)): D = 32 with recomputation, 102 GiB a GPU and 930 GiB a node predicted. A save writes 2 stages' weights
+    # and Adam state a rank (52 GB, 1.7 TB a job): SIGUSR1 15 minutes before the limit leaves it the time
+    l70 = PipelineSpec(model='llama3-70b', schedule='chimera', D=32, W=1, N=32, B=2, recompute=True, dtype='bfloat16', hardware='b200')
+    out['llama3-70b-chimera.sbatch'] = _ready('llama3-70b-chimera', TrainConfig(l70, steps=200, lr=1e-4, warmup=20, checkpoint_every=100,
+                                              timeout=1800.0), nodes=4, time='08:00:00', signal_before=900)
     out['cnn-prelim.sbatch'] = _ready('cnn-prelim', TrainConfig(PipelineSpec(model='cnn', schedule='chimera', D=2, B=32), data='fashion-mnist',
                                       steps=500, checkpoint_every=100), 'hpg-turin', gpus_per_node=2, time='01:00:00')
     # as 21_exp_bert's full form: the pretrained MiniLM (the package's weights) fine-tuned on Reuters R8 with Chimera

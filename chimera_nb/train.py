@@ -359,7 +359,9 @@ def _parent_bar(cfg:TrainConfig, on_step):
 def _launch(cfg:TrainConfig, on_step) -> TrainResult:
     "Rank 0's result of `cfg.local_ranks` local processes started here (the data prepared once, before they start)."
     from chimera_nb.launch import launch_local
+    from chimera_nb.memory import check_host_memory
     td = prepare_data(cfg)  # a bad data choice fails here, and the ranks inherit it
+    check_host_memory(cfg, gpu=False)   # local ranks compute on this machine's CPU (gloo): their stages must fit in what is free now, said before any starts
     with _forwarding_signals(), _parent_bar(cfg, on_step) as hook:   # the ranks draw no bar: this process does
         return launch_local(train_rank, cfg.local_ranks, dataclasses.replace(cfg, progress=False), td, hook,
                             timeout=max(7 * 86400, cfg.timeout), grace=cfg.timeout + 10)[0]

@@ -45,8 +45,9 @@ def jobs(cluster, tmp_path_factory):
     os.environ.update(leak)
     try:
         out['train'] = submit(dataclasses.replace(_job(tmp, 'train', TC(**T, schedule='chimera', D=4, steps=6),
-                                                       gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'))
+                                                       gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='3G'))
         out['nocuda'] = submit(_job(tmp, 'nocuda', TC(**T, D=2, steps=2), gpus_per_node=2, gpu_type='fake'))  # GPUs, a CPU torch
+        out['nomem'] = submit(_job(tmp, 'nomem', TC(**T, D=2, steps=2), extra=('--mem-per-cpu=1',)))  # 1 MB a CPU for two ranks (--mem=1M: refused by render)
     finally:
         for k in leak: os.environ.pop(k)
     return out
@@ -178,19 +179,28 @@ def test_gpus_without_cuda_fail_at_once_with_the_reason(jobs, cluster):
     assert not (job.run_dir / 'metrics.jsonl').exists()   # stopped before training
 
 
+@pytest.mark.timeout(120)
+def test_a_node_short_of_host_memory_stops_before_any_rank(jobs, cluster):
+    "The script's check (chimera_nb.memory) against SLURM's memory (here --mem-per-cpu x the node's CPUs): one line, exit 2, before srun starts a rank."
+    job = jobs['nomem']
+    with pytest.raises(SlurmError, match=r"ended FAILED: .*host memory: the 2 ranks of one node need .*, but SLURM's --mem-per-cpu x \d+ CPUs gives"):
+        job.wait(timeout=100, poll=1, max_poll=3)
+    assert not (job.run_dir / 'metrics.jsonl').exists() and 'Traceback' not in job.log()   # stopped before training, in one line
+
+
 @pytest.mark.timeout(180)
 def test_resubmitting_into_a_folder_with_checkpoints(jobs, cluster, tmp_path, capsys):
     job = jobs['train']
     assert job.wait(timeout=170, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     same = TrainConfig.load(job.run_dir / 'run.toml')
     with pytest.raises(RunComplete, match='is complete: step 6 of 6'):   # the finished run again: nothing to submit
-        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', same, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'),
+        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', same, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='3G'),
                dry_run=True)
     assert cli(['submit', '--run-dir', str(job.run_dir), '--dry-run', '--', '--config', str(job.run_dir / 'run.toml')]) == 0   # no failure
     assert 'is complete: step 6 of 6' in capsys.readouterr().err
     more = same.replace(steps=9, resume_anyway='steps')                  # the same run, longer: it resumes its checkpoints
     with pytest.warns(UserWarning, match='holds checkpoints up to step 6: this job resumes them'):
-        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', more, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='2G'),
+        submit(dataclasses.replace(_job(job.run_dir.parent, 'train', more, gpus_per_node=4, gpu_type='fake', allow_cpu=True), mem='3G'),
                dry_run=True)
     with pytest.raises(ValueError, match=r'lr, steps differ.*fresh run folder'):
         submit(_job(job.run_dir.parent, 'train', same.replace(steps=9, lr=1e-4), gpus_per_node=4, gpu_type='fake', allow_cpu=True), dry_run=True)

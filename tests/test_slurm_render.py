@@ -164,3 +164,57 @@ def test_llama3_8b_ready_script_on_hpg_b200(tmp_path):
     assert (s.model, s.hardware, s.dtype, s.seq_len, s.schedule, s.W * s.D) == ('llama3-8b', 'b200', 'bfloat16', 4096, 'chimera', 8)
     p = predict_spec(s)
     assert 0.3 * HARDWARE['b200'].memory_bytes < p.memory_per_gpu < HARDWARE['b200'].memory_bytes, p   # fits, and is not trivially small
+    _fits_its_node(text, s)   # and its node's host memory: --mem from the need, checked before any rank starts
+
+
+def _ready_run(text:str, tmp_path):
+    "The run file a ready script writes, parsed as chimera-train parses it."
+    from chimera_nb.cli import parse_config
+    (tmp_path / 'run.toml').write_text(text.split("<<'CHIMERA_RUN'\n", 1)[1].split('CHIMERA_RUN\n', 1)[0])
+    return parse_config(['--config', str(tmp_path / 'run.toml')])
+
+
+def _fits_its_node(text:str, spec, per_node:int=8):
+    "The script's --mem holds its node's host memory by the memory model (GPUs, checkpoints), within the hpg-b200 node; its check says that need."
+    import math
+    from chimera_nb.memory import node_host_memory
+    from chimera_nb.hardware import HARDWARE
+    nm = node_host_memory(spec, per_node, gpu=True, checkpoint=True)
+    mem = int(re.search(r'^#SBATCH --mem=(\d+)gb$', text, re.M).group(1)) * 2**30
+    assert nm.need <= mem <= HARDWARE['b200'].host_memory_bytes, (nm.need / 2**30, mem / 2**30)
+    assert f'--ranks-per-node {per_node} --device gpu --need-gpu {math.ceil(nm.need)} --keys {spec.key()} || exit $?' in text
+    return nm
+
+
+def test_llama3_70b_ready_script_fits_hpg_b200(tmp_path):
+    "slurm/llama3-70b-chimera.sbatch: the file ready_scripts() writes; its GPU and host memory fit hpg-b200 nodes by the memory model, and the tuner ranks it."
+    from chimera_nb.slurm_scripts import ready_scripts
+    from chimera_nb.perf_model import predict_spec
+    from chimera_nb.hardware import HARDWARE
+    from chimera_nb.autotune import autotune
+    text = (Path(__file__).parent.parent / 'slurm' / 'llama3-70b-chimera.sbatch').read_text()
+    assert text == ready_scripts()['llama3-70b-chimera.sbatch'], "slurm/llama3-70b-chimera.sbatch is stale: write ready_scripts() to slurm/"
+    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
+    assert '#SBATCH --partition=hpg-b200' in text and '#SBATCH --gres=gpu:b200:8' in text and '#SBATCH --nodes=4' in text
+    s = _ready_run(text, tmp_path).spec
+    assert (s.model, s.hardware, s.dtype, s.seq_len, s.W * s.D) == ('llama3-70b', 'b200', 'bfloat16', 4096, 32)
+    assert predict_spec(s).memory_per_gpu <= HARDWARE['b200'].memory_bytes
+    nm = _fits_its_node(text, s)
+    assert nm.need > 0.25 * HARDWARE['b200'].host_memory_bytes   # not trivially small: two stages' weights and Adam state a rank, saved
+    tu = autotune(32, 64, model='llama3-70b', hardware='b200', schedules=['chimera'], micro_batch_sizes=[s.B], depths=[s.D], progress=False)
+    assert s in tu.specs   # among the configurations that can start, GPUs and host
+
+
+def test_a_node_without_the_memory_its_ranks_need_stops_before_srun(stubs, tmp_path):
+    "SLURM's --mem below the ranks' host memory: the script ends with exit 2 and one line, and srun never starts a rank; with enough, srun runs."
+    s = render(SlurmJob(BASE, run_dir=str(tmp_path / 'r')))   # two CPU ranks of bert-tiny on one node
+    with pytest.raises(ValueError, match=r"mem=100M cannot hold the host memory the 2 ranks of a node need \(1\.\d+ GiB.*use mem='8gb'"):
+        render(SlurmJob(BASE, run_dir=str(tmp_path / 'r'), mem='100M'))   # what it asks for: refused as it is written
+    out = tmp_path / 'stub'; out.mkdir()
+    env = dict(PATH=f"{stubs}:/usr/bin:/bin", STUB_OUT=str(out), SLURM_JOB_ID='123', SLURM_JOB_NODELIST='n1', HOME=str(tmp_path))
+    p = subprocess.run(['bash', '-s'], input=s, text=True, capture_output=True, env=dict(env, SLURM_MEM_PER_NODE='100'), cwd=tmp_path, timeout=20)
+    assert p.returncode == 2 and not (out / 'srun.args').exists(), (p.returncode, p.stderr)
+    assert p.stderr.count('\n') == 1 and p.stderr.startswith('chimera_nb: host memory: the 2 ranks of one node need'), p.stderr
+    assert "but SLURM's --mem gives 0.0977 GiB: run fewer ranks per node" in p.stderr and '--mem=' in p.stderr, p.stderr
+    p = subprocess.run(['bash', '-s'], input=s, text=True, capture_output=True, env=dict(env, SLURM_MEM_PER_NODE='16000'), cwd=tmp_path, timeout=20)
+    assert p.returncode == 0 and (out / 'srun.args').exists() and 'chimera_nb: host memory: 2 ranks on this node need' in p.stdout, p.stderr

@@ -101,6 +101,7 @@ def test_kill_and_sigterm_resume_the_same_trajectory(tmp_path):
     (dict(D=4, local_ranks=3), 'local_ranks=3'),
     (dict(data='/no/such/corpus.txt'), 'does not exist'),
     (dict(B=100000), 'fewer than one global batch'),
+    (dict(model='llama3-70b', seq_len=16), 'host memory: the 4 ranks of one node need'),   # 70B on this machine's free memory: refused at once
 ])
 def test_bad_configurations_fail_before_any_process_starts(cfg, msg, monkeypatch):
     from chimera_nb import launch
