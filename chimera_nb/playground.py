@@ -56,7 +56,8 @@ class Playground(W.VBox):
                  micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None,
                  host_gib:float|None=None):   # host memory a node (None: the GPU preset's node)
         for k, w in _inputs(model, hardware, gpus, global_batch, memory_gib, host_gib).items(): setattr(self, k, w)
-        self.message, self.table, self.details = W.HTML(), W.HTML(), W.HTML()
+        self.message = W.HTML()
+        self.table, self.details = (W.HTML(layout=W.Layout(max_width='100%', overflow='auto')) for _ in range(2))   # wide tables scroll inside the notebook
         self.choice = W.Dropdown(options=[], description='configuration', style=dict(description_width='initial'), layout=W.Layout(width='640px', max_width='100%'))
         self.explorer = Explorer(memory=False)   # width: the notebook's
         self.breakdown = responsive(go.FigureWidget())

@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'host_needs', 'mem_bytes', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job',
-           'read_metrics', 'collect', 'JobWatch', 'JobForm', 'job_form']
+           'host_needs', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'read_metrics',
+           'collect', 'JobWatch', 'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, math, os, re, shlex, shutil, subprocess, sys, time
@@ -288,7 +288,7 @@ def host_needs(job:SlurmJob, # the job: its ranks per node, GPUs and allow_cpu
 
 _MEM_UNIT = {'': 2**20, 'k': 2**10, 'm': 2**20, 'g': 2**30, 't': 2**40}   # sbatch's: a bare number is megabytes
 
-def mem_bytes(mem:str) -> int:
+def _mem_bytes(mem:str) -> int:
     "Bytes of an sbatch `--mem` value such as 16gb, 4000M, 1T or 4000 (megabytes); 0: all of the node's."
     n, unit = re.fullmatch(r'([0-9]+)([KMGTkmgt]?)[Bb]?', _check_value('mem', mem, 'mem')).groups()
     return int(n) * _MEM_UNIT[unit.lower()]
@@ -296,7 +296,7 @@ def mem_bytes(mem:str) -> int:
 def _check_mem(job:SlurmJob, need:dict):
     "Refuse a job whose --mem cannot hold the host memory its node's ranks need wherever they run (`host_needs`), with the --mem that can."
     least = min((v for k, v in need.items() if k != 'keys'), default=0.0)
-    if job.mem and least and 0 < mem_bytes(job.mem) < least:
+    if job.mem and least and 0 < _mem_bytes(job.mem) < least:
         raise SpecError(f"mem={job.mem} cannot hold the host memory the {job.ntasks_per_node} ranks of a node need ({sig3(least / 2**30)} GiB: "
                         f"memory.node_host_memory): use mem='{mem_request(least)}', or fewer ranks a node (more nodes, a larger D)")
 

@@ -282,8 +282,12 @@ FIT_JS = """() => { const nb = document.querySelector('.jp-NotebookPanel:not(.lm
   const right = Math.min(nb.right, window.innerWidth), sel = '.widget-button, .widget-dropdown, .widget-inline-hbox, .widget-text, .widget-checkbox, table';
   const box = e => { const r = e.getBoundingClientRect(); return {l: r.left, r: r.right, w: r.width, t: r.top, b: r.bottom}; };
   const shown = e => e.offsetParent !== null && e.getBoundingClientRect().width > 0;
+  const seen = e => { if (e.tagName !== 'TABLE') return e;   // a table inside a box that scrolls sideways shows that box
+    for (let a = e.parentElement; a && !a.classList.contains('jp-OutputArea-output'); a = a.parentElement)
+      if (['auto', 'scroll'].includes(getComputedStyle(a).overflowX) && a.getBoundingClientRect().width < e.getBoundingClientRect().width) return a;
+    return e; };
   const controls = Array.from(document.querySelectorAll('.jp-OutputArea-output')).flatMap(o => Array.from(o.querySelectorAll(sel)))
-    .filter(shown).map(e => ({text: (e.innerText || e.textContent || '').trim().slice(0, 40), ...box(e)}));
+    .filter(shown).map(e => ({text: (e.innerText || e.textContent || '').trim().slice(0, 40), ...box(seen(e))}));
   const plots = Array.from(document.querySelectorAll('.jp-OutputArea-output .js-plotly-plot')).filter(shown).map(e => {
     const svg = e.querySelector('.main-svg'), area = e.closest('.jp-OutputArea-output').getBoundingClientRect();
     const title = e.querySelector('.gtitle'), bar = e.querySelector('.modebar');
