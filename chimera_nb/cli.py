@@ -359,7 +359,8 @@ def _profiles_table(a) -> str:
 # %% ../nbs/11_cli.ipynb #4e916837
 def slurm_main(argv=None) -> int:
     "The `chimera-slurm` command."
-    from chimera_nb.slurm import Job, SlurmError, check_submission, collect, submit
+    from chimera_nb.slurm import Job, SlurmError, check_submission, submit
+    from chimera_nb.report import collect
     from chimera_nb.checkpoint import RunComplete
     argv = list(sys.argv[1:] if argv is None else argv)
     train_argv = argv[argv.index('--') + 1:] if '--' in argv else []

@@ -133,6 +133,7 @@ def _rss(procs, alive, rss:dict):
         try: rss[r] = psutil.Process(procs[r].pid).memory_info().rss
         except (psutil.Error, TypeError, ValueError): pass
 
+# %% ../nbs/06a_launch.ipynb #aa217f28
 def _supervise(procs, conns, store, timeout, grace,
                oom:tuple=({}, dict), # (`oom_kills()` before the ranks started, the function that counts them now)
               ) -> tuple:

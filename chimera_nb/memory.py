@@ -123,6 +123,7 @@ def _largest_tensors(profile) -> list:
     block = 4 * h * h if p.family == 'gpt2' else h * max(h, c['intermediate_size'])   # GPT-2's c_fc (h x 4h); the MLP's (or q's) matrix
     return [max(V, pos) * h] + [block] * L + [V * h]   # the embeddings (words or positions); the head's decoder (V x h)
 
+# %% ../nbs/03a_memory.ipynb #49b0c0ed
 def host_memory(profile, # `profile.Profile` of the model (any micro-batch size on a GPU: only the weights count)
                 schedule:Schedule, # what runs: its placement says which stages each rank holds (on the CPU its order counts too)
                 gpu:bool=True, # the ranks' stages live on GPUs (False: on the host, as a CPU run's)
@@ -218,6 +219,7 @@ def node_host_memory(run:PipelineSpec|TrainConfig, # what runs
 # %% ../nbs/03a_memory.ipynb #hm000016
 def _gib(x:float) -> str: return f"{x / _GiB:.3g} GiB"
 
+# %% ../nbs/03a_memory.ipynb #0cf2c954
 def _cgroup_room(free:bool) -> float:
     "Bytes this process's memory cgroup lets it use (v2 memory.max, v1's limit; less what it holds already when `free`); inf where none is set or readable."
     room = math.inf
@@ -232,6 +234,7 @@ def _cgroup_room(free:bool) -> float:
             except (OSError, ValueError): continue
     return room
 
+# %% ../nbs/03a_memory.ipynb #35b40621
 def available_host_memory(env:dict|None=None, # the environment (default: os.environ)
                           free:bool=False, # what is free now (psutil's available) rather than the machine's total: a local launch beside other programs
                          ) -> tuple:
@@ -248,6 +251,7 @@ def available_host_memory(env:dict|None=None, # the environment (default: os.env
     have, room = float(vm.available if free else vm.total), _cgroup_room(free)
     return min(have, room), ("this machine's free memory" if free else "this machine's memory") + (" (its cgroup's limit)" if room < have else '')
 
+# %% ../nbs/03a_memory.ipynb #2708a7a6
 def mem_request(need:float, # bytes a node needs
                 cap:float=math.inf, # the node's memory: never ask for more
                ) -> str:
@@ -255,6 +259,7 @@ def mem_request(need:float, # bytes a node needs
     gib = math.ceil(need * 1.1 / _GiB / 8) * 8
     return f"{int(min(gib, cap // _GiB))}gb"
 
+# %% ../nbs/03a_memory.ipynb #b35bbe43
 def _check_host_need(need:float, # bytes the node's ranks need
                     ranks:int, # how many ranks
                     available:float, # bytes they may use
@@ -269,6 +274,7 @@ def _check_host_need(need:float, # bytes the node's ranks need
     raise SpecError(f"host memory: the {ranks} rank{'s' if ranks != 1 else ''} of one node need {_gib(need)}{detail}, but "
                     f"{where} gives {_gib(available)}: {fix}")
 
+# %% ../nbs/03a_memory.ipynb #8d05768a
 def check_host_memory(run:PipelineSpec|TrainConfig, # what runs
                       ranks_per_node:int|None=None, # ranks on this node (default: a TrainConfig's local_ranks, else `node_host_memory`'s)
                       available:float|None=None, # bytes they may use (default: `available_host_memory`, what is free now for local ranks)

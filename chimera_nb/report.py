@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/report.html.md"""
 
 # %% auto #0
 __all__ = ['ResourceProbe', 'MetricsLog', 'report_step', 'profile_stages', 'provenance', 'StepClock', 'RunBasis', 'log_start',
-           'summary_path', 'summarize', 'RunLog', 'read_run', 'prediction_history']
+           'summary_path', 'summarize', 'RunLog', 'read_run', 'prediction_history', 'read_metrics', 'collect']
 
 # %% ../nbs/07_report.ipynb #894eb342
 import collections, contextlib, json, math, os, re, stat, statistics, sys, typing, warnings
@@ -396,3 +396,30 @@ def prediction_history(profiles=None, # the profiles folder (default: `hardware.
     g = df.assign(abs_error=df.error.abs(), abs_stage=df.stage_error.abs()).groupby('profile', sort=True)
     return pd.DataFrame(dict(runs=g.size(), mean_error=g.error.mean(), mean_abs_error=g.abs_error.mean(), worst_abs_error=g.abs_error.max(),
                              mean_abs_stage_error=g.abs_stage.mean(), last_run=g.date.max())).reset_index()
+
+# %% ../nbs/07_report.ipynb #d0929acb
+def read_metrics(run_dir) -> 'pd.DataFrame':
+    "Every per-step metrics row of a run folder (an array's tasks with a `task` column, and the step their start predicted)."
+    import pandas as pd
+    rows = []
+    for m in sorted(Path(run_dir).rglob('metrics.jsonl')):
+        task, predicted = (m.parent.name if m.parent.name.startswith('task-') else None), None
+        for line in m.read_text().splitlines():
+            try: r = json.loads(line)
+            except ValueError: continue  # a line being written
+            if r.get('event') == 'start': predicted = r.get('predicted_step_s')   # a resumed run starts again: its own
+            elif 'event' not in r: rows.append({'task': task, 'predicted_step_s': predicted, **r})
+    return pd.DataFrame(rows)
+
+# %% ../nbs/07_report.ipynb #9b47b8fa
+def collect(run_dir) -> 'pd.DataFrame':
+    "One row per finished task of a run folder (or of a sweep's folders): config, throughput, losses."
+    import pandas as pd
+    rows = []
+    for s in sorted(Path(run_dir).rglob('metrics-summary.json')):
+        d = json.loads(s.read_text()); c = d.get('spec', {})
+        rows.append(dict(run=str(s.parent), spec_key=d.get('spec_key'), schedule=c.get('schedule'), D=c.get('D'), W=c.get('W'),
+                         N=c.get('N'), B=c.get('B'), global_batch=c.get('W', 1) * c.get('N', 1) * c.get('B', 1),
+                         steps=d.get('steps'), samples_per_s=d.get('samples_per_s'), mean_step_s=d.get('mean_step_s'),
+                         final_loss=d.get('final_loss'), eval_loss=d.get('final_eval_loss'), predicted_step_s=d.get('predicted_step_s')))
+    return pd.DataFrame(rows)

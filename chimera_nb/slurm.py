@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'host_needs', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'read_metrics',
-           'collect', 'JobWatch', 'JobForm', 'job_form']
+           'host_needs', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'JobWatch',
+           'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, math, os, re, shlex, shutil, subprocess, sys, time
@@ -288,11 +288,13 @@ def host_needs(job:SlurmJob, # the job: its ranks per node, GPUs and allow_cpu
 
 _MEM_UNIT = {'': 2**20, 'k': 2**10, 'm': 2**20, 'g': 2**30, 't': 2**40}   # sbatch's: a bare number is megabytes
 
+# %% ../nbs/10_slurm.ipynb #ba4525c0
 def _mem_bytes(mem:str) -> int:
     "Bytes of an sbatch `--mem` value such as 16gb, 4000M, 1T or 4000 (megabytes); 0: all of the node's."
     n, unit = re.fullmatch(r'([0-9]+)([KMGTkmgt]?)[Bb]?', _check_value('mem', mem, 'mem')).groups()
     return int(n) * _MEM_UNIT[unit.lower()]
 
+# %% ../nbs/10_slurm.ipynb #f502c368
 def _check_mem(job:SlurmJob, need:dict):
     "Refuse a job whose --mem cannot hold the host memory its node's ranks need wherever they run (`host_needs`), with the --mem that can."
     least = min((v for k, v in need.items() if k != 'keys'), default=0.0)
@@ -300,6 +302,7 @@ def _check_mem(job:SlurmJob, need:dict):
         raise SpecError(f"mem={job.mem} cannot hold the host memory the {job.ntasks_per_node} ranks of a node need ({sig3(least / 2**30)} GiB: "
                         f"memory.node_host_memory): use mem='{mem_request(least)}', or fewer ranks a node (more nodes, a larger D)")
 
+# %% ../nbs/10_slurm.ipynb #1f2caef1
 def _host_check(job:SlurmJob, configs:list, need:dict|None=None) -> list:
     "The script's lines that refuse, before any rank starts, a node whose memory cannot hold its ranks (none for a job of another program)."
     need = {} if job.program else host_needs(job, configs) if need is None else need
@@ -549,34 +552,11 @@ def last_error(self:Job, n:int=3) -> str:
     return ' | '.join((bad or lines)[-n:]) or f"(no log in {self.run_dir})"
 
 # %% ../nbs/10_slurm.ipynb #c764f471
-def read_metrics(run_dir) -> 'pd.DataFrame':
-    "Every per-step metrics row of a run folder (an array's tasks with a `task` column, and the step their start predicted)."
-    import pandas as pd
-    rows = []
-    for m in sorted(Path(run_dir).rglob('metrics.jsonl')):
-        task, predicted = (m.parent.name if m.parent.name.startswith('task-') else None), None
-        for line in m.read_text().splitlines():
-            try: r = json.loads(line)
-            except ValueError: continue  # a line being written
-            if r.get('event') == 'start': predicted = r.get('predicted_step_s')   # a resumed run starts again: its own
-            elif 'event' not in r: rows.append({'task': task, 'predicted_step_s': predicted, **r})
-    return pd.DataFrame(rows)
-
 @patch
-def metrics(self:Job) -> 'pd.DataFrame': return read_metrics(self.run_dir)
-
-# %% ../nbs/10_slurm.ipynb #2c698585
-def collect(run_dir) -> 'pd.DataFrame':
-    "One row per finished task of a run folder (or of a sweep's folders): config, throughput, losses."
-    import pandas as pd
-    rows = []
-    for s in sorted(Path(run_dir).rglob('metrics-summary.json')):
-        d = json.loads(s.read_text()); c = d.get('spec', {})
-        rows.append(dict(run=str(s.parent), spec_key=d.get('spec_key'), schedule=c.get('schedule'), D=c.get('D'), W=c.get('W'),
-                         N=c.get('N'), B=c.get('B'), global_batch=c.get('W', 1) * c.get('N', 1) * c.get('B', 1),
-                         steps=d.get('steps'), samples_per_s=d.get('samples_per_s'), mean_step_s=d.get('mean_step_s'),
-                         final_loss=d.get('final_loss'), eval_loss=d.get('final_eval_loss'), predicted_step_s=d.get('predicted_step_s')))
-    return pd.DataFrame(rows)
+def metrics(self:Job) -> 'pd.DataFrame':
+    "Every per-step metrics row of the job's run folder (`report.read_metrics`)."
+    from chimera_nb.report import read_metrics   # the run's own reading; torch and the loop load only when asked
+    return read_metrics(self.run_dir)
 
 # %% ../nbs/10_slurm.ipynb #3e2e9749
 def _status_html(ts:list) -> str:
@@ -620,6 +600,7 @@ class JobWatch:
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
         import ipywidgets as W, plotly.graph_objects as go, threading, html
         from chimera_nb.explore import responsive, alive_style   # the app layer, imported only by a watch (the CLI stays light)
+        from chimera_nb.report import read_metrics
         self.job, self.lines, self._html = job, lines, html
         self.status, self.log, self.line = W.HTML(), W.HTML(), W.HTML('starting…')
         self.bar, self.total = W.IntProgress(min=0, max=1, description='steps'), _run_steps(job.run_dir)

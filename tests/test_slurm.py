@@ -21,7 +21,8 @@ from chimera_nb.spec import TrainConfig, PipelineSpec
 def TC(**kw) -> TrainConfig:
     "A run from flat keys (the spec's and training's, as a config file may hold them)."
     return TrainConfig.from_dict(kw)
-from chimera_nb.slurm import SlurmJob, submit, Job, collect, read_metrics, SlurmError, FINAL
+from chimera_nb.slurm import SlurmJob, submit, Job, SlurmError, FINAL
+from chimera_nb.report import collect, read_metrics
 from chimera_nb.sweep import submit_sweep, schedule_configs, plot_sweep
 from chimera_nb.cli import slurm_main as cli
 from chimera_nb.checkpoint import RunComplete
