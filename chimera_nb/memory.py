@@ -23,7 +23,7 @@ from .spec import PipelineSpec, TrainConfig
 # %% ../nbs/03a_memory.ipynb #95732443
 OPTIMIZER_STATES = {'sgd': 0, 'momentum': 1, 'adam': 2, 'adamw': 2}  # copies of the weights each keeps
 
-def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lookahead:int) -> dict:
+def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lookahead:int, shares:list|None=None) -> dict:
     "The memory row of rank `r`: its stages' weights, grads, optimizer state, peak activations `acts`, workspace and messages."
     mine, k, S = schedule.stages_of(r), schedule.microbatch_scale, schedule.num_stages
     w = sum(P[s].param_bytes for s in mine)
@@ -33,7 +33,8 @@ def _rank_memory(schedule:Schedule, P:list, r:int, acts:float, optimizer:str, lo
     recv = lookahead * max(incoming, default=0) * k
     # one forward or backward at a time: the largest temporary memory beyond what it saves and its gradients
     work = max(max(0, P[s].peak_bytes - P[s].saved_bytes - P[s].param_bytes) for s in mine) * k
-    return dict(rank=r, stages=mine, weights=w, grads=w, optimizer=OPTIMIZER_STATES[optimizer] * w,
+    opt = OPTIMIZER_STATES[optimizer] * sum(P[s].param_bytes / (shares[s] if shares else 1) for s in mine)   # zero: a stage's state split over its replicas
+    return dict(rank=r, stages=mine, weights=w, grads=w, optimizer=opt,
                 activations=acts, workspace=work, messages=sent + recv)
 
 # %% ../nbs/03a_memory.ipynb #s2030031
@@ -43,6 +44,8 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
                     lookahead:int=8, # receives the runtime posts ahead
                     timeline=None, # a timeline to read the peaks from (a traced run's); default: the schedule's order
                     as_frame:bool=True, # False: a list of dicts (faster, for searches)
+                    zero:int|None=None, # 1: each stage's optimizer state sharded over its replicas (`PipelineSpec.zero`)
+                    dp_width:int=1, # W: with zero, a stage's replicas are its pipes' times W
                    ):
     "Per-rank memory (bytes) of `schedule` over stages with these profiles: a pandas DataFrame, one row per rank."
     import pandas as pd
@@ -52,7 +55,8 @@ def memory_estimate(schedule:Schedule, # what runs (its recompute flag and micro
     P = list(stage_profiles)
     sizes = [p.saved_bytes for p in P], [p.in_bytes for p in P], [p.w_keep for p in P]   # W's share: what B leaves (split backward)
     peaks = timeline.peak_memory(*sizes) if timeline is not None else order_peak_memory(schedule, *sizes)   # the order fixes them
-    rows = [_rank_memory(schedule, P, r, peaks[r], optimizer, lookahead) for r in range(schedule.num_ranks)]
+    shares = [len(schedule.replicas(s)) * dp_width for s in range(schedule.num_stages)] if zero else None
+    rows = [_rank_memory(schedule, P, r, peaks[r], optimizer, lookahead, shares) for r in range(schedule.num_ranks)]
     if not as_frame:
         for r in rows: r['total'] = sum(r[k] for k in ('weights', 'grads', 'optimizer', 'activations', 'workspace', 'messages'))
         return rows

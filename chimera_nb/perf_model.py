@@ -238,13 +238,13 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
 
 # %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
-def _memory(s:Schedule, sp, optimizer:str) -> list:
+def _memory(s:Schedule, sp, optimizer:str, zero:int|None=None, dp:int=1) -> list:
     "Bytes per rank from the partitioner's estimate on `s`'s order (cached per schedule and stage bytes)."
-    key = (id(s), optimizer, tuple((p.param_bytes, p.saved_bytes, p.in_bytes, p.out_bytes, p.peak_bytes) for p in sp))
+    key = (id(s), optimizer, zero and dp, tuple((p.param_bytes, p.saved_bytes, p.in_bytes, p.out_bytes, p.peak_bytes) for p in sp))
     hit = _MEM.get(key)
     if hit is not None and hit[0] is s: return hit[1]
     if len(_MEM) > 50000: _MEM.clear()
-    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, as_frame=False)]
+    out = [float(r['total']) for r in memory_estimate(s, sp, optimizer, as_frame=False, zero=zero, dp_width=dp)]
     _MEM[key] = (s, out)
     return out
 
@@ -355,6 +355,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             optimizer:str='adamw',
             memory:bool=True, # also estimate memory (partition.memory_estimate)
             cross_check:bool=True, # simulated: also Eq. (1) (`eq1_s`, and `warning` when over 10% off); a search checks its first rows only
+            zero:int|None=None, # 1: the optimizer state sharded over each stage's replicas (memory; the all-gather is not yet costed)
            ) -> Prediction:
     "Predict one iteration of `schedule` with `profile`'s costs on W x D GPUs (simulated: Eq. (1) is kept as the cross-check)."
     _check_schedule_fits(schedule, profile, dp)
@@ -366,7 +367,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
     t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
     t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
-    mem = _memory(s, sp, optimizer) if memory else [0.0] * s.num_ranks
+    mem = _memory(s, sp, optimizer, zero, dp) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(schedule_label(s.name, s.options), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
@@ -426,7 +427,7 @@ def predict_spec(spec:PipelineSpec, # what runs: model, B, W, schedule and optio
         if spec.hardware in HARDWARE: profile = estimate_profile(spec.model, HARDWARE[spec.hardware], spec.B, spec.seq_len, spec.dtype)
         else: profile = Profile.named(spec.hardware).check_use(spec.model)   # measured: refused when stale or of another model
     profile = profile.at(spec.B)
-    return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile.comm_overlaps), method, optimizer)
+    return predict(profile, spec.make(), spec.W, resolve_sync(spec.sync, profile.comm_overlaps), method, optimizer, zero=spec.zero)
 
 # %% ../nbs/08_perf_model.ipynb #s2080072
 def _measured_stages(sp:list, timeline:Timeline, schedule:Schedule) -> list:

@@ -62,6 +62,7 @@ class PipelineSpec:
     hardware: str|None = None      # what it was predicted for: a hardware.HARDWARE preset, a measured profile's name in the profiles folder (chimera-slurm calibrate), or a Profile's .json path
     order: str|None = None         # schedule custom: the order itself, in the schedules' text form (a searched or hand-written one)
     compile: str|None = None       # torch.compile each stage's blocks in this mode: default, reduce-overhead (also CUDA graphs), max-autotune-no-cudagraphs; None: eager
+    zero: int|None = None          # 1: each stage's optimizer state sharded over its replicas (Chimera's two pipes x W; ZeRO-1); None or 0: every replica keeps all of it
 
     def __post_init__(self):
         _check_types(self); _canonical(self); _check_model(self); _check_schedule(self)
@@ -102,6 +103,8 @@ _INTS = dict(W=(1, 65536), D=(1, 4096), B=(1, 2**20), N=(1, 65536))
 def _check_types(s:PipelineSpec):
     for k, (lo, hi) in _INTS.items(): check_number(k, getattr(s, k), int, lo, hi)
     check_number('seq_len', s.seq_len, int, 0, 2**20, none=True)
+    check_number('zero', s.zero, int, 0, 1, none=True)
+    if s.zero == 0: object.__setattr__(s, 'zero', None)   # one spelling of 'not sharded': the key stays the unsharded run's
     _check_options(s)
     if not isinstance(s.recompute, bool): raise SpecError(f"recompute must be true or false, got {s.recompute!r}")
     for k in ('model', 'hardware'):

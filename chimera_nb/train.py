@@ -18,6 +18,7 @@ from .models import build, to_stages, materialize, is_real, LayersOneAtATime, mo
 from .spec import TrainConfig, EXIT_REQUEUE
 from .checks import SpecError
 from .runtime import PipelineRuntime, pick_device
+from .zero import ShardedOptimizer
 from .comm import current_comm
 from .partition import layer_costs
 from .balance import balance
@@ -154,8 +155,9 @@ def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     mine = {st: pm.stages[st] for st in own}
     rt = PipelineRuntime(s, mine, pm.loss_fn, dp_width=cfg.spec.W, seed=cfg.seed, sync=cfg.spec.sync, ties=pm.ties, timeout=cfg.timeout,
                          autocast=(cfg.spec.dtype == 'bfloat16'), probe_memory=True)
-    opt = torch.optim.AdamW(list(rt.parameters()), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: _lr_factor(cfg, t))
+    adamw = lambda ps: torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    opt = ShardedOptimizer(rt, adamw) if cfg.spec.zero else adamw(list(rt.parameters()))   # zero: each replica steps its share of a stage
+    sched = torch.optim.lr_scheduler.LambdaLR(getattr(opt, 'inner', opt), lambda t: _lr_factor(cfg, t))
     return td, pm, rt, opt, sched
 
 # %% ../nbs/07_train.ipynb #709d88fb
