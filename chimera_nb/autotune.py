@@ -207,7 +207,7 @@ def _predict(prof:Profile, c:PipelineSpec, method:str, optimizer:str) -> Predict
     "predict(), cached per (profile, spec): searching again with another limit costs nothing."
     if (p := _known(prof, c, method, optimizer)) is not None: return p
     if len(_PRED) > 50000: _PRED.clear()
-    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof.comm_overlaps), method, optimizer, cross_check=False)   # `_checked` adds it to the first rows
+    p = predict(prof, c.make(), c.W, resolve_sync(c.sync, prof.comm_overlaps), method, optimizer, cross_check=False, zero=c.zero)   # `_checked` adds it to the first rows
     _PRED[(id(prof), c, method, optimizer)] = (prof, p)
     return p
 
@@ -229,12 +229,12 @@ def _row(c:PipelineSpec|None, p:Prediction, host:float=math.nan) -> dict:
                 **p.breakdown._asdict(), method=p.method, key=c.key() if c else '', warning=p.warning, spec=c)
 
 # %% ../nbs/09_autotune.ipynb #a91a22d2
-def _misfit(prof:Profile, s:Schedule, limit:float, optimizer:str, order:bool=True) -> str|None:
+def _misfit(prof:Profile, s:Schedule, limit:float, optimizer:str, order:bool=True, zero:int|None=None, W:int=1) -> str|None:
     "Why `s` does not fit in `limit` bytes per GPU, or None: its weights and their state first, then (`order`) its whole memory from its order, before any timing."
-    mem, what = state_memory(prof, s, optimizer), 'weights, gradients and optimizer state alone take '
+    mem, what = state_memory(prof, s, optimizer, zero, W), 'weights, gradients and optimizer state alone take '
     if max(mem) <= limit:
         if not order: return None
-        mem, what = predict_memory(prof, s, optimizer), ''
+        mem, what = predict_memory(prof, s, optimizer, zero, W), ''
         if max(mem) <= limit: return None
     k = max(range(len(mem)), key=mem.__getitem__)
     return f"out of memory on rank {k} (stages {s.stages_of(k)}): {what}{mem[k] / 2**30:.3g} GiB > limit {limit / 2**30:.3g} GiB"
@@ -267,7 +267,7 @@ def _evaluate(c:PipelineSpec, prof_at, limit, optimizer, method, host:float|None
     s = c.make()
     if s.num_stages > len(prof.layers):
         return None, f"{s.num_stages} stages but the model has {len(prof.layers)} layers"
-    if (why := _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer)) is not None: return None, why
+    if (why := _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, zero=c.zero, W=c.W)) is not None: return None, why
     if (why := _host_misfit(prof, s, c.W, host, optimizer)) is not None: return None, why   # GPUs and host: both must hold it
     return _predict(prof, c, method, optimizer), None
 
@@ -296,7 +296,7 @@ def _heavy(c:PipelineSpec, prof_at, limit, optimizer:str, host:float|None=None) 
     "Why `c`'s weights and their state alone overfill a GPU, or its ranks a node's host memory, before any bound is replayed (None: they fit, or `_evaluate` will say why not)."
     prof, s = prof_at(c.B), c.make()
     if prof is None or s.num_stages > len(prof.layers): return None
-    return _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, order=False) or _host_misfit(prof, s, c.W, host, optimizer)
+    return _misfit(prof, s, limit if limit is not None else prof.memory_bytes, optimizer, order=False, zero=c.zero, W=c.W) or _host_misfit(prof, s, c.W, host, optimizer)
 
 # %% ../nbs/09_autotune.ipynb #bb090004
 class _Leaders:
@@ -363,7 +363,7 @@ def _checked(ok:list, n:int, prof_at) -> list:
 def _refine(ok:list, n:int, prof_at, optimizer:str) -> list:
     "The rows best first, the first `n` re-predicted by the simulator."
     ok.sort(key=lambda r: -r['throughput'])
-    ok[:n] = [_row(c, predict(prof_at(c.B), c.make(), c.W, resolve_sync(c.sync, prof_at(c.B).comm_overlaps), 'simulate', optimizer))
+    ok[:n] = [_row(c, predict(prof_at(c.B), c.make(), c.W, resolve_sync(c.sync, prof_at(c.B).comm_overlaps), 'simulate', optimizer, zero=c.zero))
               for c in (r['spec'] for r in ok[:n])]
     return ok
 
@@ -380,7 +380,7 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float,
                              w_keeps=[p.w_keep for p in sp])   # what the profile saw B free, where it split
     except (ValueError, ImportError): return None
     s = c.replace(schedule='custom', order=r.schedule.to_text(), recompute=False)
-    p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), 'simulate', optimizer)
+    p = predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), 'simulate', optimizer, zero=s.zero)
     lim = limit if limit is not None else prof.memory_bytes
     if p.memory_per_gpu > lim or _host_misfit(prof, s.make(), s.W, host, optimizer): return None
     return _row(s, dataclasses.replace(p, label=f"searched ({r.placement})"))
@@ -454,6 +454,7 @@ def autotune(gpus:int, # P
              progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
              exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
              host_memory_limit:float|None=None, # bytes of host memory per node (default: the profile's node, `Profile.host_memory_bytes`; inf: not checked)
+             zero:int|None=None, # 1: every candidate shards its optimizer state over each stage's replicas (`PipelineSpec.zero`)
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the GPU and host memory limits: a table of specs."
     if spec is not None: model = model or spec.model
@@ -462,7 +463,7 @@ def autotune(gpus:int, # P
     prof_at = _profiles(profile, model, hardware)
     limit, host = _limit(memory_limit, prof_at), _host_limit(host_memory_limit)
     first = next(iter(profile.values())) if isinstance(profile, dict) else profile
-    base = spec or _base_spec(first, model, hardware, sync)
+    base = dataclasses.replace(spec or _base_spec(first, model, hardware, sync), **({'zero': zero} if zero is not None else {}))
     import pandas as pd   # before the clock starts: its first import is not the search's time
     t0 = time.perf_counter()
     with gc_paused(promote=True):  # one pause for the whole search (re-enabling the collector per schedule costs a collection each); its caches go straight to the oldest generation

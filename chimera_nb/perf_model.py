@@ -392,20 +392,23 @@ def predict_bound(profile:Profile, # at the micro-batch size to run
 # %% ../nbs/08_perf_model.ipynb #pm080002
 def predict_memory(profile:Profile, # at the micro-batch size to run
                    schedule:Schedule, optimizer:str='adamw',
+                   zero:int|None=None, dp:int=1, # the optimizer state sharded over each stage's replicas (x W)
                   ) -> list:
     "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (no timing needed)."
     _check_schedule_fits(schedule, profile, 1)
-    return _memory(schedule, stage_times(schedule, profile), optimizer)
+    return _memory(schedule, stage_times(schedule, profile), optimizer, zero, dp)
 
 # %% ../nbs/08_perf_model.ipynb #pm080005
 def state_memory(profile:Profile, # at the micro-batch size to run
                  schedule:Schedule, optimizer:str='adamw',
+                 zero:int|None=None, dp:int=1, # the optimizer state sharded over each stage's replicas (x W)
                 ) -> list:
     "Bytes per rank of its stages' weights, gradients and optimizer state: the part of `predict_memory` that needs no order."
     if optimizer not in OPTIMIZER_STATES: raise ValueError(f"optimizer must be one of {list(OPTIMIZER_STATES)}, got {optimizer!r}")
     _check_schedule_fits(schedule, profile, 1)
-    sp, k = stage_times(schedule, profile), 2 + OPTIMIZER_STATES[optimizer]
-    return [k * sum(sp[st].param_bytes for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)]
+    sp, k = stage_times(schedule, profile), OPTIMIZER_STATES[optimizer]
+    share = lambda st: len(schedule.replicas(st)) * dp if zero else 1
+    return [sum(sp[st].param_bytes * (2 + k / share(st)) for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)]
 
 # %% ../nbs/08_perf_model.ipynb #cc080001
 def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `predict` was asked
