@@ -449,8 +449,7 @@ def autotune(gpus:int, # P
              optimizer:str='adamw', method:str='simulate', # 'simulate' (the lowered program) or 'analytic' (Eq. 1) for every candidate
              refine:int=0, # with method='analytic': re-predict the best `refine` with the simulator
              spec:PipelineSpec|None=None, # a base spec: its model, dtype, seq_len, sync and hardware (instead of model= / hardware=)
-             search:int=0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs
-             search_time:float=5.0, # seconds per searched configuration
+             search:int=0, search_time:float=5.0, # also search an order (search.search_schedule) for the best `search` configurations, on their own costs, `search_time` s each
              progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
              exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
              host_memory_limit:float|None=None, # bytes of host memory per node (default: the profile's node, `Profile.host_memory_bytes`; inf: not checked)
