@@ -236,6 +236,13 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     c = (profile.p2p_latency + msg / profile.p2p_bandwidth) if s.num_ranks > 1 else 0.0
     return sp, ar, c
 
+# %% ../nbs/08_perf_model.ipynb #4dd7e07e
+def _zero_gather_time(s:Schedule, # the schedule (its placement)
+                     ar:list, # each stage's all-reduce seconds (`_stage_terms`)
+                    ) -> float:
+    "Seconds the all-gathers of a sharded optimizer step add: the slowest rank's, half of each of its stages' all-reduce."
+    return max(sum(ar[st] / 2 for st in s.stages_of(r)) for r in range(s.num_ranks))
+
 # %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
 def _memory(s:Schedule, sp, optimizer:str, zero:int|None=None, dp:int=1) -> list:
@@ -355,7 +362,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
             optimizer:str='adamw',
             memory:bool=True, # also estimate memory (partition.memory_estimate)
             cross_check:bool=True, # simulated: also Eq. (1) (`eq1_s`, and `warning` when over 10% off); a search checks its first rows only
-            zero:int|None=None, # 1: the optimizer state sharded over each stage's replicas (memory; the all-gather is not yet costed)
+            zero:int|None=None, # 1: the optimizer state sharded over each stage's replicas: less memory, and an all-gather of the weights after the step
            ) -> Prediction:
     "Predict one iteration of `schedule` with `profile`'s costs on W x D GPUs (simulated: Eq. (1) is kept as the cross-check)."
     _check_schedule_fits(schedule, profile, dp)
@@ -366,7 +373,8 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
     t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
-    t, bd = t + tie, bd._replace(allreduce=bd.allreduce + tie)
+    gather = _zero_gather_time(s, ar) if zero else 0.0   # after the optimizer step, before the next step: on the critical path
+    t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
     mem = _memory(s, sp, optimizer, zero, dp) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(schedule_label(s.name, s.options), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
