@@ -136,13 +136,14 @@ def host_memory(profile, # `profile.Profile` of the model (any micro-batch size 
                 stored_bytes:int=0, # loading pretrained weights stored in this many bytes an element (2: bf16 safetensors); 0: built, not loaded
                 lookahead:int=8, # receives the runtime posts ahead (the CPU's training state)
                 boundaries=None, # where the run cuts the layers (`partition.boundaries`); default the time-balanced split the tuner assumes
+                zero:int|None=None, W:int=1, # the optimizer state sharded over each stage's replicas (x W): a save holds the rank's shares
                ) -> list:
     "Each pipeline rank's host memory, a `HostMemory` per rank 0..D-1 (rank w·D + d of replica w holds what rank d does)."
     if optimizer not in OPTIMIZER_STATES: raise ValueError(f"optimizer must be one of {list(OPTIMIZER_STATES)}, got {optimizer!r}")
     S = schedule.num_stages
     b = list(boundaries) if boundaries is not None else profile.boundaries(S)
     sp, big = profile.stage_profiles(S, boundaries), _largest_tensors(profile)
-    state = [r['total'] for r in memory_estimate(schedule, sp, optimizer, lookahead, as_frame=False)] if not gpu else None
+    state = [r['total'] for r in memory_estimate(schedule, sp, optimizer, lookahead, as_frame=False, zero=zero, dp_width=W)] if not gpu else None
     runtime = _RUNTIME_HOST_BYTES + (_CUDA_HOST_BYTES if gpu else 0)
     out = []
     for r in range(schedule.num_ranks):
@@ -154,7 +155,8 @@ def host_memory(profile, # `profile.Profile` of the model (any micro-batch size 
                                                        if i in ls[1:] and (ls[0] not in lay or ls[0] > i))
         build = max(map(made, lay)) if gpu else state[r]
         load = (max((made(i) if gpu else 0) + big[i] * stored_bytes for i in lay)) if stored_bytes else 0.0   # each tensor read as stored, then cast in
-        save = _checkpoint_copies(gpu) * (1 + OPTIMIZER_STATES[optimizer]) * weights if checkpoint else 0.0
+        opt = OPTIMIZER_STATES[optimizer] * sum(sp[s].param_bytes / (len(schedule.replicas(s)) * W if zero else 1) for s in mine)
+        save = _checkpoint_copies(gpu) * (weights + opt) if checkpoint else 0.0
         step = 0.0 if gpu else 2 * 4 * max(big[i] for i in lay)   # measured (bench/bench_large_start.py): the embedding's rank peaks 2x its table over the rest
         out.append(HostMemory(r, mine, gpu, float(runtime), float(build), float(load), float(_PINNED_HOST_BYTES), float(save), step))
     return out
@@ -218,7 +220,8 @@ def node_host_memory(run:PipelineSpec|TrainConfig, # what runs
     gpu = spec.hardware is not None if gpu is None else bool(gpu)
     T = ranks_per_node or (HARDWARE[spec.hardware].gpus_per_node if spec.hardware in HARDWARE else spec.W * spec.D)
     prof = profile if profile is not None else _host_profile(spec, gpu)
-    return node_need(host_memory(prof.at(spec.B) if profile is not None else prof, spec.make(), gpu, optimizer, checkpoint, stored_bytes), spec.W, T)
+    return node_need(host_memory(prof.at(spec.B) if profile is not None else prof, spec.make(), gpu, optimizer, checkpoint, stored_bytes,
+                                 zero=spec.zero, W=spec.W), spec.W, T)
 
 # %% ../nbs/03a_memory.ipynb #hm000016
 def _gib(x:float) -> str: return f"{x / _GiB:.3g} GiB"
