@@ -70,6 +70,7 @@ def test_every_schedule_with_sharded_optimizer_state_is_exact(schedule, N, W, sy
 def _losses(res): return [l for _, l in res.losses]
 
 
+@pytest.mark.slow   # two training runs; the default tier keeps the notebook's exactness check
 def test_a_sharded_run_resumes_bit_identically_and_refuses_another_layout(tmp_path):
     import shutil
     spec = PipelineSpec(model='bert-tiny', D=2, N=2, B=2, seq_len=16, schedule='chimera', zero=1)
