@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/memory.html.md"""
 
 # %% auto #0
 __all__ = ['OPTIMIZER_STATES', 'MEMORY_PARTS', 'HOST_PARTS', 'memory_estimate', 'HostMemory', 'host_memory', 'NodeMemory',
-           'node_need', 'node_host_memory', 'available_host_memory', 'mem_request', 'check_host_memory']
+           'node_need', 'node_host_memory', 'host_needs', 'available_host_memory', 'mem_request', 'check_host_memory']
 
 # %% ../nbs/03a_memory.ipynb #8a32adf0
 import argparse, math, os, sys
@@ -222,6 +222,22 @@ def node_host_memory(run:PipelineSpec|TrainConfig, # what runs
     prof = profile if profile is not None else _host_profile(spec, gpu)
     return node_need(host_memory(prof.at(spec.B) if profile is not None else prof, spec.make(), gpu, optimizer, checkpoint, stored_bytes,
                                  zero=spec.zero, W=spec.W), spec.W, T)
+
+# %% ../nbs/03a_memory.ipynb #1c767409
+def host_needs(runs:list, # the TrainConfigs of a job's tasks
+               ranks_per_node:int, # its ranks on a node
+               devices:Sequence[str], # where they may compute: 'gpu' and/or 'cpu'
+              ) -> dict:
+    "{'gpu' and/or 'cpu': bytes the fullest node's ranks need at most over the runs, 'keys': the runs estimated}; {} for a model not estimated."
+    out, keys = {}, []
+    for cfg in runs:
+        try: needs = {d: node_host_memory(cfg, ranks_per_node, gpu=d == 'gpu', checkpoint=True).need for d in devices}   # a job saves when stopped
+        except SpecError as e:
+            if 'is not estimated' in str(e): continue
+            raise
+        keys.append(cfg.spec.key())
+        for d, n in needs.items(): out[d] = max(out.get(d, 0.0), n)
+    return dict(out, keys=keys) if keys else {}
 
 # %% ../nbs/03a_memory.ipynb #hm000016
 def _gib(x:float) -> str: return f"{x / _GiB:.3g} GiB"

@@ -6,8 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'host_needs', 'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'JobWatch',
-           'JobForm', 'job_form']
+           'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job', 'JobWatch', 'JobForm', 'job_form']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, html, json, math, os, re, shlex, shutil, subprocess, sys, time
@@ -19,7 +18,7 @@ from typing import NamedTuple
 from .spec import PipelineSpec, TrainConfig, layouts, EXIT_REQUEUE
 from .checks import SpecError, check_number
 from .simulate import sig3
-from .memory import node_host_memory, mem_request
+from .memory import host_needs, mem_request
 
 # %% ../nbs/10_slurm.ipynb #11da2988
 _ALLOWED = {  # field kind: (regular expression, what the message says is allowed)
@@ -271,32 +270,20 @@ def _environment(job:SlurmJob) -> list:
     return L
 
 # %% ../nbs/10_slurm.ipynb #hm100002
-def host_needs(job:SlurmJob, # the job: its ranks per node, GPUs and allow_cpu
-               configs:list|None=None, # its tasks' runs (default [job.train])
-              ) -> dict:
-    "{'gpu' and/or 'cpu': bytes the fullest node's ranks need at most over the tasks, 'keys': the runs estimated}; {} for a model not estimated."
-    devices = (['gpu', 'cpu'] if job.allow_cpu else ['gpu']) if job.gpus_per_node else ['cpu']   # allow_cpu: the job finds out which
-    out, keys = {}, []
-    for cfg in configs or [job.train]:
-        try: needs = {d: node_host_memory(cfg, job.ntasks_per_node, gpu=d == 'gpu', checkpoint=True).need for d in devices}   # a job saves when stopped
-        except SpecError as e:
-            if 'is not estimated' in str(e): continue
-            raise
-        keys.append(cfg.spec.key())
-        for d, n in needs.items(): out[d] = max(out.get(d, 0.0), n)
-    return dict(out, keys=keys) if keys else {}
-
-_MEM_UNIT = {'': 2**20, 'k': 2**10, 'm': 2**20, 'g': 2**30, 't': 2**40}   # sbatch's: a bare number is megabytes
+@patch(as_prop=True)
+def devices(self:SlurmJob) -> list:
+    "Where its ranks may compute: 'gpu' (with allow_cpu also 'cpu': the job finds out which), or 'cpu'."
+    return (['gpu', 'cpu'] if self.allow_cpu else ['gpu']) if self.gpus_per_node else ['cpu']
 
 # %% ../nbs/10_slurm.ipynb #ba4525c0
 def _mem_bytes(mem:str) -> int:
     "Bytes of an sbatch `--mem` value such as 16gb, 4000M, 1T or 4000 (megabytes); 0: all of the node's."
     n, unit = re.fullmatch(r'([0-9]+)([KMGTkmgt]?)[Bb]?', _check_value('mem', mem, 'mem')).groups()
-    return int(n) * _MEM_UNIT[unit.lower()]
+    return int(n) * {'': 2**20, 'k': 2**10, 'm': 2**20, 'g': 2**30, 't': 2**40}[unit.lower()]   # sbatch's: a bare number is megabytes
 
 # %% ../nbs/10_slurm.ipynb #f502c368
 def _check_mem(job:SlurmJob, need:dict):
-    "Refuse a job whose --mem cannot hold the host memory its node's ranks need wherever they run (`host_needs`), with the --mem that can."
+    "Refuse a job whose --mem cannot hold the host memory its node's ranks need wherever they run (`memory.host_needs`), with the --mem that can."
     least = min((v for k, v in need.items() if k != 'keys'), default=0.0)
     if job.mem and least and 0 < _mem_bytes(job.mem) < least:
         raise SpecError(f"mem={job.mem} cannot hold the host memory the {job.ntasks_per_node} ranks of a node need ({sig3(least / 2**30)} GiB: "
@@ -305,7 +292,7 @@ def _check_mem(job:SlurmJob, need:dict):
 # %% ../nbs/10_slurm.ipynb #1f2caef1
 def _host_check(job:SlurmJob, configs:list, need:dict|None=None) -> list:
     "The script's lines that refuse, before any rank starts, a node whose memory cannot hold its ranks (none for a job of another program)."
-    need = {} if job.program else host_needs(job, configs) if need is None else need
+    need = {} if job.program else host_needs(configs or [job.train], job.ntasks_per_node, job.devices) if need is None else need
     if not need: return []
     device = 'auto' if len(need) == 3 else 'gpu' if 'gpu' in need else 'cpu'
     args = ' '.join(f"--need-{d} {int(math.ceil(need[d]))}" for d in ('gpu', 'cpu') if d in need)
@@ -349,7 +336,7 @@ def render(job:SlurmJob, # the job (checked here)
     configs = list(configs) if configs else [job.train]
     for i, c in enumerate(configs):
         check_job(dataclasses.replace(job, train=c))  # every task must fit the same allocation
-    need = {} if job.program else host_needs(job, configs)   # the host memory a node's ranks need: --mem must hold it
+    need = {} if job.program else host_needs(configs or [job.train], job.ntasks_per_node, job.devices)   # the host memory a node's ranks need: --mem must hold it
     _check_mem(job, need)
     run = Path(job.run_dir) if portable else Path(job.run_dir).absolute()
     _check_value('run_dir', str(run), 'path')

@@ -10,8 +10,8 @@ __all__ = ['ready_scripts']
 # %% ../nbs/10a_slurm_scripts.ipynb #d5179079
 from .spec import PipelineSpec, TrainConfig
 import dataclasses
-from .slurm import preset, render, host_needs, check_job
-from .memory import mem_request
+from .slurm import preset, render, check_job
+from .memory import mem_request, host_needs
 from .hardware import HARDWARE
 
 # %% ../nbs/10a_slurm_scripts.ipynb #2d7b3007
@@ -21,8 +21,8 @@ _CHANGE = ["WHAT TO CHANGE before `sbatch` (from the folder where the run's file
           "  the run in run.toml below (chimera-train --help lists its keys); run folder: the OUT= path (relative to here)"]
 
 def _mem(job) -> str|None:
-    "The --mem of `job`: its nodes' host memory need (`slurm.host_needs`) with 10% over, at most the node's; None for a model not estimated."
-    need = host_needs(job)
+    "The --mem of `job`: its nodes' host memory need (`memory.host_needs`) with 10% over, at most the node's; None for a model not estimated."
+    need = host_needs([job.train], job.ntasks_per_node, job.devices)
     if not need: return None
     hw = HARDWARE.get(job.train.spec.hardware)
     return mem_request(max(need.get('gpu', 0.0), need.get('cpu', 0.0)), hw.host_memory_bytes if hw else float('inf'))

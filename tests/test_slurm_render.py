@@ -151,19 +151,22 @@ def test_chimera_slurm_flags_never_give_a_traceback(job_argv, train_argv):
     else: assert err.getvalue().strip().count('\n') == 0, err.getvalue()   # one line, argparse's too
 
 
+def _ready_script(name:str, nodes:int) -> str:
+    "slurm/NAME as ready_scripts() writes it (else it is stale), parsed by bash, on hpg-b200 with 8 B200s a node and `nodes` nodes."
+    from chimera_nb.slurm_scripts import ready_scripts
+    text = (Path(__file__).parent.parent / 'slurm' / name).read_text()
+    assert text == ready_scripts()[name], f"slurm/{name} is stale: write ready_scripts() to slurm/"
+    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
+    assert '#SBATCH --partition=hpg-b200' in text and '#SBATCH --gres=gpu:b200:8' in text and f'#SBATCH --nodes={nodes}' in text
+    return text
+
+
 def test_llama3_8b_ready_script_on_hpg_b200(tmp_path):
     "slurm/llama3-8b-chimera.sbatch: the file ready_scripts() writes, bash parses it, its run.toml is the spec that fits a B200."
-    from chimera_nb.cli import parse_config
-    from chimera_nb.slurm_scripts import ready_scripts
     from chimera_nb.perf_model import predict_spec
     from chimera_nb.hardware import HARDWARE
-    text = (Path(__file__).parent.parent / 'slurm' / 'llama3-8b-chimera.sbatch').read_text()
-    assert text == ready_scripts()['llama3-8b-chimera.sbatch'], "slurm/llama3-8b-chimera.sbatch is stale: write ready_scripts() to slurm/"
-    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
-    assert '#SBATCH --partition=hpg-b200' in text and '#SBATCH --gres=gpu:b200:8' in text and '#SBATCH --nodes=1' in text
-    (tmp_path / 'run.toml').write_text(text.split("<<'CHIMERA_RUN'\n", 1)[1].split('CHIMERA_RUN\n', 1)[0])
-    cfg = parse_config(['--config', str(tmp_path / 'run.toml')])
-    s = cfg.spec
+    text = _ready_script('llama3-8b-chimera.sbatch', nodes=1)
+    s = _ready_run(text, tmp_path).spec
     assert (s.model, s.hardware, s.dtype, s.seq_len, s.schedule, s.W * s.D) == ('llama3-8b', 'b200', 'bfloat16', 4096, 'chimera', 8)
     p = predict_spec(s)
     assert 0.3 * HARDWARE['b200'].memory_bytes < p.memory_per_gpu < HARDWARE['b200'].memory_bytes, p   # fits, and is not trivially small
@@ -191,15 +194,10 @@ def _fits_its_node(text:str, spec, per_node:int=8):
 
 def test_llama3_70b_ready_script_fits_hpg_b200(tmp_path):
     "slurm/llama3-70b-chimera.sbatch: the file ready_scripts() writes; its GPU and host memory fit hpg-b200 nodes by the memory model, and the tuner ranks it."
-    from chimera_nb.slurm_scripts import ready_scripts
     from chimera_nb.perf_model import predict_spec
     from chimera_nb.hardware import HARDWARE
     from chimera_nb.autotune import autotune
-    text = (Path(__file__).parent.parent / 'slurm' / 'llama3-70b-chimera.sbatch').read_text()
-    assert text == ready_scripts()['llama3-70b-chimera.sbatch'], "slurm/llama3-70b-chimera.sbatch is stale: write ready_scripts() to slurm/"
-    assert subprocess.run(['bash', '-n'], input=text, text=True).returncode == 0
-    assert '#SBATCH --partition=hpg-b200' in text and '#SBATCH --gres=gpu:b200:8' in text and '#SBATCH --nodes=4' in text
-    s = _ready_run(text, tmp_path).spec
+    s = _ready_run(text := _ready_script('llama3-70b-chimera.sbatch', nodes=4), tmp_path).spec
     assert (s.model, s.hardware, s.dtype, s.seq_len, s.W * s.D) == ('llama3-70b', 'b200', 'bfloat16', 4096, 32)
     assert predict_spec(s).memory_per_gpu <= HARDWARE['b200'].memory_bytes
     nm = _fits_its_node(text, s)
