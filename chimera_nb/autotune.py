@@ -100,6 +100,7 @@ def candidates(gpus:int, # P
                depths:Sequence[int]|None=None, # allowed D (default: every divisor of P from 2)
                recompute:Sequence[bool]=(False, True),
                base:PipelineSpec|None=None, # model, dtype, sequence length, sync and hardware of every candidate
+               zeros:Sequence|None=None, # (default: the base's) the optimizer state unsharded (None) and/or sharded (1) over each stage's replicas (`PipelineSpec.zero`)
               ):
     "Every (spec, None) of the search, or (the fields, the reason) where they make no valid spec (asynchronous baselines: none)."
     P, base = _gpus(gpus), base or PipelineSpec(model=None)
@@ -108,9 +109,9 @@ def candidates(gpus:int, # P
     for W, D, B, N in _splits(P, Gs, Bs, _depths(P, depths)):
         for name, fixed in chosen:
             for opts in _variants(name, D, fixed):
-                for rc in recompute:
+                for rc, z in ((r, z) for r in recompute for z in zeros or (base.zero,)):
                     if rc and _recomputes(name, D, N, tuple(opts.items())): continue  # forward doubling recomputes already
-                    f = dict(schedule=name, W=W, D=D, B=B, N=N, recompute=bool(rc), **opts)
+                    f = dict(schedule=name, W=W, D=D, B=B, N=N, recompute=bool(rc), zero=z, **opts)
                     try: yield base.replace(**f), None
                     except SpecError as e: yield f, str(e)
 
@@ -223,7 +224,7 @@ def _host_limit(host_memory_limit) -> float|None:
 # %% ../nbs/09_autotune.ipynb #s2090021
 def _row(c:PipelineSpec|None, p:Prediction, host:float=math.nan) -> dict:
     "A ranking row (`c` None: an asynchronous baseline, which has no spec)."
-    return dict(label=p.label, schedule=c.schedule if c else p.label, W=p.W, D=p.D, B=p.B, N=c.N if c else p.N, recompute=p.recompute,
+    return dict(label=p.label, schedule=c.schedule if c else p.label, W=p.W, D=p.D, B=p.B, N=c.N if c else p.N, recompute=p.recompute, zero=(c.zero or 0) if c else 0,
                 iteration_s=p.iteration_s, throughput=p.throughput, bubble=p.bubble_ratio, memory_GiB=p.memory_per_gpu / 2**30,
                 host_GiB=host / 2**30,   # the fullest node's host memory (`memory.node_need`)
                 **p.breakdown._asdict(), method=p.method, key=c.key() if c else '', warning=p.warning, spec=c)
@@ -315,7 +316,7 @@ class _Leaders:
 # %% ../nbs/09_autotune.ipynb #bb090006
 def _pruned(c:PipelineSpec, group:str, cap:float, k:int) -> dict:
     "A pruned row: the configuration and the most it could reach."
-    return dict(label=group, W=c.W, D=c.D, B=c.B, N=c.N, recompute=c.recompute, max_throughput=cap,
+    return dict(label=group, W=c.W, D=c.D, B=c.B, N=c.N, recompute=c.recompute, zero=c.zero or 0, max_throughput=cap,
                 reason=f"at most {sig3(cap)} samples/s: below the {k} best and {group}'s best", spec=c)
 
 # %% ../nbs/09_autotune.ipynb #a9c0e001
@@ -389,7 +390,7 @@ def _searched(c:PipelineSpec, prof:Profile, limit, optimizer:str, seconds:float,
 def _same_runs(rank):
     "The ranking with rows that run the same step (GPipe and 1F1B with N <= 1, ...) merged into the first, named in `same_as`."
     if not len(rank): return rank.assign(same_as='')
-    key = rank[['W', 'D', 'B', 'N', 'recompute']].astype(str).agg(' '.join, axis=1) + ' ' + rank.iteration_s.map(lambda t: f"{t:.9g}") + ' ' + rank.memory_GiB.map(lambda m: f"{m:.6g}")
+    key = rank[['W', 'D', 'B', 'N', 'recompute', 'zero']].astype(str).agg(' '.join, axis=1) + ' ' + rank.iteration_s.map(lambda t: f"{t:.9g}") + ' ' + rank.memory_GiB.map(lambda m: f"{m:.6g}")
     same = rank.groupby(key, sort=False).label.transform(lambda ls: ', '.join(ls.iloc[1:]))
     return rank.assign(same_as=same)[~key.duplicated()].reset_index(drop=True)
 
@@ -397,21 +398,21 @@ def _same_runs(rank):
 def _rejected(c, p, why) -> dict:
     "A rejected row: `c` is a spec, or the fields that made none."
     f = c if isinstance(c, dict) else c.to_dict()
-    return dict(label=p.label if p else schedule_label(c.schedule, c.options) if isinstance(c, PipelineSpec) else f['schedule'], W=f['W'], D=f['D'], B=f['B'], N=f['N'], recompute=f['recompute'], reason=why,
+    return dict(label=p.label if p else schedule_label(c.schedule, c.options) if isinstance(c, PipelineSpec) else f['schedule'], W=f['W'], D=f['D'], B=f['B'], N=f['N'], recompute=f['recompute'], zero=f.get('zero') or 0, reason=why,
                 spec=c if isinstance(c, PipelineSpec) else None)
 
 # %% ../nbs/09_autotune.ipynb #s2090035
 def _tuning(ok, bad, seconds, pruned=(), basis:str='') -> Tuning:
     import pandas as pd
-    cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'iteration_s', 'throughput', 'bubble', 'memory_GiB', 'host_GiB',
+    cols = ['label', 'schedule', 'W', 'D', 'B', 'N', 'recompute', 'zero', 'iteration_s', 'throughput', 'bubble', 'memory_GiB', 'host_GiB',
             'compute', 'p2p', 'bubbles', 'allreduce', 'method', 'key', 'warning', 'spec']
     rank = pd.DataFrame(ok, columns=cols)
     # best first; among equal predictions (GPipe and 1F1B at N = D) the one needing less memory
     rank = (rank.assign(_key=(rank.throughput / rank.throughput.max()).round(9) if len(rank) else rank.throughput)
                 .sort_values(['_key', 'memory_GiB'], ascending=[False, True], kind='stable').drop(columns='_key').reset_index(drop=True))
     rank = _same_runs(rank)
-    rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'reason', 'spec'])
-    cut = pd.DataFrame(list(pruned), columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'max_throughput', 'reason', 'spec'])
+    rej = pd.DataFrame(bad, columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'zero', 'reason', 'spec'])
+    cut = pd.DataFrame(list(pruned), columns=['label', 'W', 'D', 'B', 'N', 'recompute', 'zero', 'max_throughput', 'reason', 'spec'])
     return Tuning(rank, rej, seconds, len(ok) + len(bad) + len(cut), cut, basis)
 
 # %% ../nbs/09_autotune.ipynb #a7c10004
@@ -437,6 +438,15 @@ def _check_tune(gpus, search, search_time, refine, exact):
     _gpus(gpus); check_number('search', search, int, 0); check_number('refine', refine, int, 0); check_number('exact', exact, int, 0, none=True)
     check_number('search_time', search_time, float, 0, open_lo=True)   # finite: each search keeps it (within 1.5x + 2 s)
 
+# %% ../nbs/09_autotune.ipynb #93bedb8f
+def _zeros(zero, base:PipelineSpec) -> tuple:
+    "The values of `PipelineSpec.zero` the search tries: `zero` (one, or a sequence of 0 and 1), else the base spec's."
+    if zero is None: return (base.zero,)
+    many = zero if isinstance(zero, (list, tuple)) else [zero]
+    if not many or any(isinstance(z, bool) or z not in (0, 1, None) for z in many):
+        raise SpecError(f"zero must be 0, 1 or a sequence of them such as (0, 1), got {zero!r}")
+    return tuple(dict.fromkeys(None if not z else 1 for z in many))
+
 # %% ../nbs/09_autotune.ipynb #b1ce8348
 def autotune(gpus:int, # P
              global_batch:int|Sequence[int], # G, or several
@@ -453,7 +463,7 @@ def autotune(gpus:int, # P
              progress:bool=True, # a tqdm bar (notebook or terminal) when the search takes over a second
              exact:int|None=10, # the first `exact` rows and each schedule's best are exact; the rest may be pruned by a bound (None: predict all)
              host_memory_limit:float|None=None, # bytes of host memory per node (default: the profile's node, `Profile.host_memory_bytes`; inf: not checked)
-             zero:int|None=None, # 1: every candidate shards its optimizer state over each stage's replicas (`PipelineSpec.zero`)
+             zero:int|Sequence|None=None, # 1: every candidate shards its optimizer state over each stage's replicas (`PipelineSpec.zero`); (0, 1): both, one more dimension; None: the spec's
             ) -> Tuning:
     "Rank every configuration of P GPUs for the global batch by predicted throughput, under the GPU and host memory limits: a table of specs."
     if spec is not None: model = model or spec.model
@@ -462,11 +472,11 @@ def autotune(gpus:int, # P
     prof_at = _profiles(profile, model, hardware)
     limit, host = _limit(memory_limit, prof_at), _host_limit(host_memory_limit)
     first = next(iter(profile.values())) if isinstance(profile, dict) else profile
-    base = dataclasses.replace(spec or _base_spec(first, model, hardware, sync), **({'zero': zero} if zero is not None else {}))
+    base = spec or _base_spec(first, model, hardware, sync)
     import pandas as pd   # before the clock starts: its first import is not the search's time
     t0 = time.perf_counter()
     with gc_paused(promote=True):  # one pause for the whole search (re-enabling the collector per schedule costs a collection each); its caches go straight to the oldest generation
-        todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base))
+        todo = list(candidates(gpus, global_batch, schedules, micro_batch_sizes, depths, recompute, base, _zeros(zero, base)))
         ok, bad, pruned = _rank_all(todo, prof_at, limit, optimizer, method, progress, exact if method == 'simulate' else None, host)
         ok = _checked(ok, exact or 10, prof_at)
         asyn = _async_rows(gpus, global_batch, _schedule_choice(schedules)[1], micro_batch_sizes, depths, recompute, prof_at, limit, optimizer)

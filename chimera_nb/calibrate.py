@@ -84,10 +84,15 @@ def _pingpong(a:int, b:int, # the two ranks timed (every rank calls this: the ba
         elif me == b: dist.recv(x, a); dist.send(x, a)
     return [_timed(lambda x=torch.zeros(max(n // 4, 1), device=device): trip(x), repeats, device) / 2 for n in sizes]
 
-def _allreduce(sizes, repeats:int, device) -> list:
-    "Seconds of an all-reduce of each size (bytes) over every rank."
+def _collective(kind:str, # 'allreduce', 'reduce_scatter' or 'all_gather' (a sharded optimizer's sync: `zero`)
+                sizes, repeats:int, device) -> list:
+    "Seconds of a collective of each size (bytes of the whole buffer) over every rank."
     import torch, torch.distributed as dist
-    return [_timed(lambda x=torch.zeros(max(n // 4, 1), device=device): dist.all_reduce(x), repeats, device) for n in sizes]
+    w = dist.get_world_size()
+    def make(n): x = torch.zeros(max(n // 4 // w, 1) * w, device=device); return x, torch.zeros(x.numel() // w, device=device)
+    ops = dict(allreduce=lambda x, part: dist.all_reduce(x), reduce_scatter=lambda x, part: dist.reduce_scatter_single(part, x),
+               all_gather=lambda x, part: dist.all_gather_single(x, part))
+    return [_timed(lambda bufs=make(n): ops[kind](*bufs), repeats, device) for n in sizes]
 
 # %% ../nbs/10c_calibrate.ipynb #a6597daa
 def _message_sizes(p:Profile, sizes) -> list:
@@ -175,7 +180,7 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
                     name:str|None=None, # the profile's name (default: partition-model-dtype)
                     out=None, # the job's run folder (profile.json goes there too)
                     repeats:int=3) -> Profile|None:
-    "In every task of a started process group: time the layers, the links and the all-reduces; rank 0 writes and returns the Profile."
+    "In every task of a started process group: time the layers, the links and the collectives (all-reduce; reduce-scatter and all-gather for zero); rank 0 writes and returns the Profile."
     import torch.distributed as dist
     s, dev, world = cfg.spec, _device(), dist.get_world_size()
     hosts = [None] * world; dist.all_gather_object(hosts, socket.gethostname())
@@ -185,7 +190,7 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
     msgs, grads, other = _message_sizes(p, sizes), _gradient_sizes(p), next((r for r in range(world) if hosts[r] != hosts[0]), None)
     timed = dict(p2p_intra=((0, 1), msgs, _pingpong(0, 1, msgs, repeats, dev)) if world > 1 and hosts[1] == hosts[0] else None,
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
-                 allreduce=(tuple(range(world)), grads, _allreduce(grads, repeats, dev)) if world > 1 else None)
+                 **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
     if dist.get_rank(): return None
     prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s))
     _keep(prof, profiles_folder(profiles), out)

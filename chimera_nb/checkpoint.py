@@ -103,6 +103,7 @@ def _reason(name:str, e:Exception) -> str:
 def _state_blobs(rt:PipelineRuntime, opt, sched, step:int) -> dict:
     "This rank's files of the state before `step`, {name: bytes}: its tensors (safetensors) and everything else (JSON)."
     from safetensors.torch import save as st_save
+    rt.grad_sync.settle(rt)   # a sharded optimizer's last gathers land before the weights are read
     state = dict(step=step, rank=rt.rank, stages={k: m.state_dict() for k, m in rt.stages.items()}, optimizer=opt.state_dict(),
                  scheduler=sched.state_dict(), rng=torch.get_rng_state(), cuda_rng=torch.cuda.get_rng_state(rt.device) if rt.cuda else None)
     tensors, seen = {}, set()

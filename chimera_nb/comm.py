@@ -32,6 +32,7 @@ class Comm:
     def all_reduce(self, t, group, op:str='sum'): "Start an in-place all-reduce ('sum' or 'max') of `t` over `group`."
     def broadcast(self, t, src:int, group): "Start broadcasting `t` from global rank `src` over `group`."
     def all_gather(self, outs:list, t, group): "Start gathering `t` of every member of `group` into `outs`."
+    def reduce_scatter(self, out, t, group): "Start summing `t` over `group` into `out`: this member's 1/len(group) slice of the sum."
     def wait(self, work, timeout:float): "Wait for `work`; raise if it fails or takes longer than `timeout` seconds."
     def done(self, work) -> bool: "Whether a collective's work has finished (without waiting)."
     def report(self, message:str): "Leave `message` on the failure board for the other ranks."
@@ -101,6 +102,8 @@ def all_reduce(self:TorchComm, t, group, op='sum'):
 def broadcast(self:TorchComm, t, src, group): return dist.broadcast(t, src, group=group, async_op=True)
 @patch
 def all_gather(self:TorchComm, outs, t, group): return dist.all_gather(outs, t, group=group, async_op=True)
+@patch
+def reduce_scatter(self:TorchComm, out, t, group): return dist.reduce_scatter_single(out, t, group=group, async_op=True)
 @patch
 def done(self:TorchComm, work): return work.is_completed()
 @patch
@@ -211,6 +214,9 @@ def broadcast(self:ThreadComm, t, src, group): return self._collective(group, t,
 @patch
 def all_gather(self:ThreadComm, outs, t, group):
     return self._collective(group, t, lambda xs: [o.copy_(x) for o, x in zip(outs, xs)])
+@patch
+def reduce_scatter(self:ThreadComm, out, t, group):
+    return self._collective(group, t, lambda xs: out.copy_(torch.stack(xs).sum(0).chunk(len(group))[list(group).index(self.rank)]))
 
 # %% ../nbs/06e_comm.ipynb #014a3d32
 @patch

@@ -237,11 +237,22 @@ def _stage_terms(s:Schedule, profile:Profile, dp:int) -> tuple:
     return sp, ar, c
 
 # %% ../nbs/08_perf_model.ipynb #4dd7e07e
-def _zero_gather_time(s:Schedule, # the schedule (its placement)
-                     ar:list, # each stage's all-reduce seconds (`_stage_terms`)
-                    ) -> float:
-    "Seconds the all-gathers of a sharded optimizer step add: the slowest rank's, half of each of its stages' all-reduce."
-    return max(sum(ar[st] / 2 for st in s.stages_of(r)) for r in range(s.num_ranks))
+def _zero_shares(profile:Profile) -> tuple:
+    "(reduce-scatter, all-gather) seconds as shares of an all-reduce of the same bytes: as `calibrate` timed them, else a ring's halves."
+    links = profile.machine.get('links') or {}
+    try: t = {k: float(links[k]['seconds'][-1]) for k in ('allreduce', 'reduce_scatter', 'all_gather')}
+    except (KeyError, IndexError, TypeError, ValueError): return 0.5, 0.5
+    if not all(math.isfinite(v) and v > 0 for v in t.values()): return 0.5, 0.5
+    rs, ag = (min(max(t[k] / t['allreduce'], 0.05), 2.0) for k in ('reduce_scatter', 'all_gather'))
+    return min(rs, 1.0), ag   # a reduce-scatter dearer than the all-reduce (gloo's) is not run: the runtime all-reduces there
+
+def _zero_terms(s:Schedule, # the schedule (its placement)
+                profile:Profile, ar:list, # each stage's all-reduce seconds (`_stage_terms`)
+               ) -> tuple:
+    "Sharded: (each stage's sync seconds, a reduce-scatter where no tied copy keeps the all-reduce; the all-gathers after the step, the slowest rank's)."
+    rs, ag = _zero_shares(profile)
+    tied = {st for stages, _ in profile.stage_ties(s.num_stages) for st in stages}
+    return [a if st in tied else a * rs for st, a in enumerate(ar)], max(sum(ar[st] * ag for st in s.stages_of(r)) for r in range(s.num_ranks))
 
 # %% ../nbs/08_perf_model.ipynb #s2080053
 _MEM = {}
@@ -370,10 +381,10 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {SYNC_POLICIES}")
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
+    ar, gather = _zero_terms(s, profile, ar) if zero else (ar, 0.0)   # the gather: after the optimizer step, on the critical path
     policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
     t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
-    gather = _zero_gather_time(s, ar) if zero else 0.0   # after the optimizer step, before the next step: on the critical path
     t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
     mem = _memory(s, sp, optimizer, zero, dp) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size

@@ -34,7 +34,7 @@ def _hardware_options(current:str|None=None) -> list:
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2', 'llama')]   # the presets `estimate_profile` knows
 
 def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None, host_gib:float|None=None) -> dict:
-    "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, host memory per node, and the Tune button."
+    "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, host memory per node, optimizer state sharded or not, and the Tune button."
     st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
     return dict(model=W.Dropdown(options=_MODELS, value=model, description='model', style=st),
                 hardware=W.Dropdown(options=_hardware_options(hardware), value=hardware, description='GPU', style=st),
@@ -45,6 +45,8 @@ def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:floa
                                           layout=box('220px')),
                 host=W.BoundedFloatText(value=host_gib or 0.0, min=0, max=1e6, description='host GiB/node (0: the node\'s)', style=st,
                                         layout=box('250px')),
+                zero=W.Dropdown(options=[('whole on every replica', (0,)), ('sharded (zero 1)', (1,)), ('both, ranked', (0, 1))], value=(0, 1),
+                                description='optimizer state', style=st, tooltip=GLOSSARY['zero']),
                 tune_button=W.Button(description='Tune', button_style='primary'))
 
 # %% ../nbs/12_playground.ipynb #d239caf8
@@ -66,7 +68,7 @@ class Playground(W.VBox):
         self.actions = W.HBox([self.slurm_button, self.calibrate_button])   # other tools add their buttons here
         self.profile, self.micro_batch_sizes, self.tuning, self._callbacks, self.form = profile, tuple(micro_batch_sizes), None, [], None
         wrap = W.Layout(flex_flow='row wrap')
-        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.host, self.tune_button], layout=wrap),
+        super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.host, self.zero, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
                           self.details, self.breakdown, self.explorer])
         self.children += (alive_style(self),)   # hides the re-run line while the app is drawn
@@ -139,7 +141,7 @@ def tune(self:Playground):
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
         host = self.host.value * 2**30 if self.host.value > 0 else None   # else the node's (the preset's, a measured profile's)
         self.tuning = autotune(self.gpus.value, self.batch.value, profile=prof, memory_limit=lim, host_memory_limit=host, model=self.model.value,
-                               hardware=HARDWARE.get(self.hardware.value), micro_batch_sizes=self.micro_batch_sizes,
+                               hardware=HARDWARE.get(self.hardware.value), micro_batch_sizes=self.micro_batch_sizes, zero=self.zero.value,
                                exact=_CHOICES)   # every row the dropdown offers is the search's own, none skipped by its bound
     except (ValueError, TypeError) as e:
         self.tuning = None; self._clear()
@@ -153,7 +155,7 @@ def tune(self:Playground):
     self.table.value = _ranking_html(r)
     self.message.value = (f"{len(r)} ranked, {len(self.tuning.rejected)} rejected, {self.tuning.rate:.0f} configurations/s; "
                           f"predicted with {html.escape(self.tuning.basis)}")
-    self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}", i)
+    self.choice.options = [(f"#{i} {x.label} W={x.W} D={x.D} B={x.B} N={x.N}{' +recompute' if x.recompute else ''}{' zero 1' if x.zero else ''}", i)
                            for i, x in r.head(_CHOICES).iterrows()]
     self.choice.value = None; self.choice.value = 0
 
@@ -166,7 +168,7 @@ def _clear(self:Playground):
     self.spec = None   # observed: the details, the breakdown and the form go
 
 # %% ../nbs/12_playground.ipynb #e4021dee
-_RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute',
+_RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute', 'zero': 'zero',
                     'iteration_s': 'iteration (s)', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
                     'memory_GiB': 'memory (GiB/GPU)', 'host_GiB': 'host memory (GiB/node)', 'mfu': 'MFU'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
 

@@ -6,8 +6,8 @@ Docs: https://chimera-nb.github.io/chimera_nb/schedules.html.md"""
 
 # %% auto #0
 __all__ = ['SCHEDULES', 'CHIMERA_CONCAT', 'Option', 'ScheduleKind', 'register', 'gpipe', 'one_f_one_b', 'chimera_placement',
-           'chimera_slots', 'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'schedule_kind',
-           'make_schedule', 'all_options', 'schedule_label']
+           'chimera', 'gems', 'interleaved_1f1b', 'zb_h1', 'dualpipev', 'schedule_kind', 'make_schedule', 'all_options',
+           'schedule_label']
 
 # %% ../nbs/00_schedules.ipynb #fda10065
 import functools, inspect, numbers
@@ -140,7 +140,7 @@ def chimera_placement(stages:int, pipes:int=2) -> dict:
     return place
 
 # %% ../nbs/00_schedules.ipynb #dd46c294
-def chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
+def _chimera_slots(stages:int, microbatches:int, pipes:int=2) -> list:
     "Per rank, the (slot, action) pairs of Chimera's order: F of micro-batch j at σ + 2j, B at 2D-1-σ + 2j, units 2D apart."
     D, per, new = stages, stages // pipes, tuple.__new__   # Actions without their Python-level __new__: searches build millions
     slots = [[] for _ in range(D)]
@@ -253,7 +253,7 @@ def chimera(stages:int, # D: ranks = stages, even
     D, N = stages, microbatches
     _check_chimera(D, N, pipes, concat)
     place, opts, kw = chimera_placement(D, pipes), dict(pipes=pipes, concat=concat), {}
-    if concat == 'direct': orders = Deferred(lambda: [[a for _, a in o] for o in chimera_slots(D, N, pipes)])
+    if concat == 'direct': orders = Deferred(lambda: [[a for _, a in o] for o in _chimera_slots(D, N, pipes)])
     elif concat == 'zero-bubble': orders, kw = Deferred(lambda: _zero_bubble_chimera(D, N, pipes)), dict(split_backward=True)
     else:
         n = N if concat == 'doubling' else 2 * N   # halving: twice as many micro-batches, each half the size

@@ -652,7 +652,7 @@ def watch(self:Job, poll=30.0, max_poll=300.0, metrics_every=2.0) -> JobWatch:
     return JobWatch(self, poll, max_poll, metrics_every=metrics_every)
 
 # %% ../nbs/10_slurm.ipynb #9af5a2d3
-_SPEC_FIELDS = ('model', 'schedule', 'D', 'W', 'N', 'B')   # the spec's numbers a job form may change (the rest stays as given)
+_SPEC_FIELDS = ('model', 'schedule', 'D', 'W', 'N', 'B', 'zero')   # the spec's numbers a job form may change (the rest stays as given)
 _FORM_JOB = ('nodes', 'gpus_per_node', 'gpu_type', 'cpus_per_task', 'mem', 'time', 'partition', 'account', 'qos', 'modules', 'run_dir')
 
 def _form_widgets(train:TrainConfig, j:SlurmJob) -> dict:
@@ -664,7 +664,7 @@ def _form_widgets(train:TrainConfig, j:SlurmJob) -> dict:
     return dict(model=text(s.model, 'model'), schedule=W.Dropdown(options=list(SCHEDULES) + ['custom'], value=s.schedule, description='schedule', **lay),
         D=W.BoundedIntText(s.D, min=1, max=4096, description='stages (D)', **lay), W=W.BoundedIntText(s.W, min=1, max=65536, description='replicas (W)', **lay),
         N=W.BoundedIntText(s.N, min=1, max=65536, description='micro-batches (N)', **lay), B=W.BoundedIntText(s.B, min=1, max=2**20, description='micro-batch (B)', **lay),
-        steps=W.BoundedIntText(train.steps, min=1, max=10**9, description='steps', **lay),
+        steps=W.BoundedIntText(train.steps, min=1, max=10**9, description='steps', **lay), zero=W.Dropdown(options=[('whole', 0), ('sharded (zero 1)', 1)], value=s.zero or 0, description='optimizer state', **lay),
         preset=W.Dropdown(options=list(CLUSTER_PRESETS), value='generic', description='preset', **lay),
         nodes=W.BoundedIntText(j.nodes, min=1, max=4096, description='nodes', **lay), gpus_per_node=W.BoundedIntText(j.gpus_per_node, description='GPUs per node', **box, **lay),
         gpu_type=text(j.gpu_type, 'GPU type'), cpus_per_task=W.BoundedIntText(j.cpus_per_task, min=1, max=4096, description='CPUs per task', **lay),

@@ -261,7 +261,7 @@ def label(self:PipelineSpec) -> str:
 @patch
 def __str__(self:PipelineSpec) -> str:
     m = '' if self.model is None else f"{Path(self.model).name if self.source == 'folder' else self.model} {self.dtype} L={self.seq_len}, "
-    return f"{self.label}: {m}W={self.W} D={self.D} B={self.B} N={self.N} (key {self.key()})"
+    return f"{self.label}: {m}W={self.W} D={self.D} B={self.B} N={self.N}{' zero=1' if self.zero else ''} (key {self.key()})"
 
 # %% ../nbs/00b_spec.ipynb #4e8bcbc9
 @patch

@@ -156,7 +156,7 @@ def _setup(rank:int, world:int, cfg:TrainConfig, td:TaskData|None):
     rt = PipelineRuntime(s, mine, pm.loss_fn, dp_width=cfg.spec.W, seed=cfg.seed, sync=cfg.spec.sync, ties=pm.ties, timeout=cfg.timeout,
                          autocast=(cfg.spec.dtype == 'bfloat16'), probe_memory=True)
     adamw = lambda ps: torch.optim.AdamW(ps, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    opt = ShardedOptimizer(rt, adamw) if cfg.spec.zero else adamw(list(rt.parameters()))   # zero: each replica steps its share of a stage
+    opt = ShardedOptimizer(rt, adamw, overlap=True) if cfg.spec.zero else adamw(list(rt.parameters()))   # zero: each replica steps its share of a stage
     sched = torch.optim.lr_scheduler.LambdaLR(getattr(opt, 'inner', opt), lambda t: _lr_factor(cfg, t))
     return td, pm, rt, opt, sched
 
@@ -232,6 +232,7 @@ def _loop(rank, cfg, td, pm, rt, opt, sched, on_step) -> TrainResult:
             if asked: return TrainResult(step, True, losses, ev, {})
     finally:
         if bar is not None: bar.close()
+    rt.grad_sync.settle(rt)   # the last step's gathered weights in place before anything reads them
     ev = _evaluate_model(cfg, rt, td)
     log.write(event='eval', step=step, **ev)
     summary = summarize(cfg, rt, log, times, time.perf_counter() - t_run, losses, ev, profile, clock, basis) if rank == 0 else {}

@@ -51,7 +51,9 @@ GLOSSARY = {'W': 'data-parallel width: pipelines training side by side, each on 
             'Ma': 'activation memory of one stage for one micro-batch',
             'Mθ': 'weight memory of one stage (its parameters)',
             'MFU': "model FLOPs utilisation: the model's FLOPs per second (forward and backward; recomputation not counted) "
-                   "over the peak of the GPUs it runs on"}
+                   "over the peak of the GPUs it runs on",
+            'zero': "1: each stage's optimizer state sharded over its replicas (ZeRO-1: Chimera's two pipes x W); "
+                    "the gradients are reduce-scattered and the weights all-gathered after the step"}
 
 def _gloss(term:str) -> str:
     "'term: meaning' of a `GLOSSARY` term, for hovers and tooltips."

@@ -12,13 +12,13 @@ import math
 from typing import Callable
 import torch
 from torch import nn
-from .runtime import PipelineRuntime
+from .runtime import GradientSync, PipelineRuntime
 
 # %% ../nbs/06h_zero.ipynb #b5d48b13
 class _Shard:
     "One stage's flat parameters, and this replica's slice of them as the parameter its optimizer steps."
     def __init__(self, module:nn.Module, ranks:list, k:int, group):
-        self.params = list(dict.fromkeys(module.parameters()))
+        self.params = [p for p in module.parameters() if p.requires_grad]   # the order of the runtime's flat gradients
         self.ranks, self.k, self.group = list(ranks), k, group
         n, r = sum(p.numel() for p in self.params), len(ranks)
         self.size = -(-n // r)   # elements a replica steps (the last pads)
@@ -29,8 +29,35 @@ class _Shard:
             self.flat[off:off + p.numel()].copy_(p.detach().reshape(-1)); p.data = self.flat[off:off + p.numel()].view_as(p); off += p.numel()
         self.param = nn.Parameter(self.flat[k * self.size:(k + 1) * self.size])
 
+# %% ../nbs/06h_zero.ipynb #feb2078f
+class _ReduceScatter(GradientSync):
+    "ZeRO's gradient sync: each replica of a sharded stage receives the sum of its slice only; other stages keep the all-reduce."
+    def __init__(self, shards:dict, scattered:set): self.shards, self.scattered, self.pending = shards, scattered, {}
+
+    def start(self, rt, stage, buf, op):
+        if stage not in self.scattered: return super().start(rt, stage, buf, op)
+        s = self.shards[stage]
+        return rt.comm.reduce_scatter(buf[s.k * s.size:(s.k + 1) * s.size], buf, s.group)
+
+    def done(self, rt, stage, buf):
+        if stage in self.scattered: s = self.shards[stage]; s.param.grad = buf[s.k * s.size:(s.k + 1) * s.size]
+
+    def ready(self, rt, stage):
+        w = self.pending.pop(stage, None)
+        if w is not None: rt.comm.wait(w, rt.timeout)   # bounded, as every wait of the runtime
+
+    def settle(self, rt):
+        for st in list(self.pending): self.ready(rt, st)
+
+    def stage_norm_grads(self, rt, stage):
+        return [self.shards[stage].param.grad] if stage in self.scattered else super().stage_norm_grads(rt, stage)
+
+    def clipped_grads(self, rt):
+        whole = {id(p): p.grad for st, m in rt.stages.items() if st not in self.scattered for p in m.parameters() if p.grad is not None}
+        return [self.shards[st].param.grad for st in sorted(self.scattered)] + list(whole.values())
+
 # %% ../nbs/06h_zero.ipynb #84cab0dd
-def _take_grad(s:_Shard):
+def _take_grad(s:_Shard):  # a stage that kept the all-reduce
     "The shard's gradient: the overlap of each parameter's (already summed) gradient with this replica's slice."
     lo, hi = s.k * s.size, (s.k + 1) * s.size
     g, off = torch.zeros_like(s.param), 0
@@ -45,29 +72,44 @@ def _gather(s:_Shard, rt:PipelineRuntime):
     if s.group is None: return None
     return rt.comm.all_gather(list(s.flat.chunk(len(s.ranks))), s.param.detach().clone(), s.group)
 
+# %% ../nbs/06h_zero.ipynb #c6945edc
+def _scattered(shards:dict, rt:PipelineRuntime) -> set:
+    "The stages whose sync becomes a reduce-scatter: several replicas, no tied copy, and the runtime's flat gradient buffers made padded here."
+    flat, tied = getattr(rt.compute, 'flat', None), {st for places in rt.ties.values() for st, _ in places}
+    if not isinstance(flat, dict): return set()   # a compute backend of the user's own: keep its all-reduce
+    out = {st for st, s in shards.items() if s.group is not None and st not in tied}
+    for st in out: flat[st] = torch.zeros_like(shards[st].flat)
+    return out
+
 # %% ../nbs/06h_zero.ipynb #644378fc
 class ShardedOptimizer:
     "An optimizer over this rank's shards of its stages (`make(params)` builds it: AdamW, SGD, ...), the runtime's `optimizer=`; ZeRO-1 over each stage's replicas."
-    def __init__(self, rt:PipelineRuntime, # the runtime whose stages it steps (its replica groups shard them)
+    def __init__(self, rt:PipelineRuntime, # the runtime whose stages it steps (its replica groups shard them; it takes over their gradient sync)
                  make:Callable, # make(list of parameters) -> a torch optimizer
+                 overlap:bool=False, # gather a stage's weights while other stages compute: read them only after `rt.grad_sync.settle(rt)`
+                 scatter:bool|None=None, # reduce-scatter the gradients (None: on CUDA; gloo's costs more than its all-reduce, so a CPU all-reduces and slices)
                 ):
-        self.rt = rt
+        self.rt, self.overlap = rt, overlap
         self.shards = {st: _Shard(m, rt.stage_groups[st][1], rt.stage_groups[st][1].index(rt.rank) if rt.stage_groups[st][0] is not None else 0,
                                   rt.stage_groups[st][0]) for st, m in sorted(rt.stages.items())}
         for s in self.shards.values():
             if s.group is None: s.ranks, s.k = [rt.rank], 0   # one replica: it keeps the whole stage
         self.inner = make([s.param for s in self.shards.values()])
+        scatter = rt.cuda if scatter is None else scatter
+        rt.grad_sync = _ReduceScatter(self.shards, _scattered(self.shards, rt) if scatter else set())
 
     @property
     def param_groups(self): return self.inner.param_groups
 
     def step(self):
-        "Step this rank's shards with their gradients, then gather every replica's shards."
-        for s in self.shards.values(): _take_grad(s)
+        "Step this rank's shards with their gradients, then gather every replica's shards (with `overlap`: each waited for before its stage's next compute)."
+        sync = self.rt.grad_sync
+        sync.settle(self.rt)
+        for st, s in self.shards.items():
+            if st not in sync.scattered: _take_grad(s)
         self.inner.step()
-        works = [(st, _gather(s, self.rt)) for st, s in self.shards.items()]
-        for st, w in works:
-            if w is not None: self.rt.comm.wait(w, self.rt.timeout)   # bounded, as every wait of the runtime
+        sync.pending.update({st: w for st, s in self.shards.items() if (w := _gather(s, self.rt)) is not None})
+        if not self.overlap: sync.settle(self.rt)
         for s in self.shards.values(): s.param.grad = None
 
     def zero_grad(self, set_to_none:bool=True): self.inner.zero_grad(set_to_none)
@@ -76,7 +118,9 @@ class ShardedOptimizer:
 def _layout(self:ShardedOptimizer) -> dict:
     return {st: [s.size, len(s.ranks), s.k] for st, s in self.shards.items()}
 
-def _state_dict(self:ShardedOptimizer) -> dict: return dict(inner=self.inner.state_dict(), layout=_layout(self))
+def _state_dict(self:ShardedOptimizer) -> dict:
+    self.rt.grad_sync.settle(self.rt)   # the state a checkpoint keeps is the step's, with its weights gathered
+    return dict(inner=self.inner.state_dict(), layout=_layout(self))
 
 def _load_state_dict(self:ShardedOptimizer, state:dict):
     saved = {int(k): list(v) for k, v in dict(state.get('layout') or {}).items()}

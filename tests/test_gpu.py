@@ -394,3 +394,54 @@ def test_training_ranks_on_one_gpu(tmp_path, compile):
     print(f"compile={compile}: device {s['device']}, mean step {s['mean_step_s'] * 1e3:.1f} ms, first {s['first_step_s']:.1f} s, MFU {s['mfu']}")
     assert torch.cuda.get_device_name(0) in s['device'] and all(r['cuda_peak_bytes'][0] > 0 for r in steps)
     assert all(math.isfinite(l) for _, l in res.losses)
+
+
+def _zero_exact(rank, world, device, models, refs, N=4, steps=3):
+    "Chimera D = `world` on thread ranks sharing `device`, float64 with dropout, AdamW and clipping, optimizer state sharded (zero = 1), gathers overlapped."
+    from chimera_nb.partition import Stage
+    from chimera_nb.runtime import PipelineRuntime
+    from chimera_nb.schedules import make_schedule
+    from chimera_nb.testing import reference_step
+    from chimera_nb.zero import ShardedOptimizer
+    dev, s, model = torch.device(device), make_schedule('chimera', world, N), models[rank]
+    b = model.partition.boundaries
+    stages = {st: model.stages[st].double() for st in s.stages_of(rank)}
+    rt = PipelineRuntime(s, stages, model.loss_fn, seed=11, device=dev)
+    opt = ShardedOptimizer(rt, lambda ps: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1), overlap=True, scatter=True)
+    ref = [Stage(refs[rank].layers[x:y], x).double().to(dev) for x, y in zip(b, b[1:])]   # each rank's own reference
+    rparams = [p for m in ref for p in m.parameters()]
+    ropt, g, worst = torch.optim.AdamW(rparams, lr=1e-3, weight_decay=0.1), torch.Generator().manual_seed(2), 0.0
+    for t in range(steps):
+        ids = [torch.randint(0, 1024, (2, 6), generator=g) for _ in range(N)]
+        xs, ys = [dict(input_ids=i, attention_mask=torch.ones_like(i)) for i in ids], [i.clone() for i in ids]
+        loss = rt.step(xs, ys, optimizer=opt, max_norm=0.5)
+        with rt.comm.compute_turn():   # the threads share the RNG: the reference's dropout draws take a turn as a rank's compute does
+            ropt.zero_grad(); rloss = reference_step(ref, xs, ys, model.loss_fn, seed=11, step=t, device=dev)
+        torch.nn.utils.clip_grad_norm_(rparams, 0.5); ropt.step()
+        rt.grad_sync.settle(rt)   # the overlapped gathers: read the weights once they are in
+        w = max((p - q).abs().max().item() for st, m in rt.stages.items() for p, q in zip(m.parameters(), ref[st].parameters()))
+        worst = max(worst, abs(loss - rloss) / rloss, w)
+    return worst, rt.grad_sync.scattered == set(rt.stages), sorted({str(p.device) for p in rt.parameters()})
+
+
+def check_zero_on_threads(device):
+    from chimera_nb.comm import run_threads
+    from chimera_nb.models import build, to_stages
+    mk = lambda: build('llama-tiny', seed=4, dropout=0.1, attn_implementation='eager')   # no tied copy: every stage reduce-scattered
+    models = [to_stages(mk(), 2) for _ in range(2)]   # built here: transformers' lazy imports are not thread-safe; a copy per rank
+    for worst, scattered, devices in run_threads(_zero_exact, 2, device, models, [mk() for _ in range(2)], timeout=300):
+        print(f"zero = 1 on {device}, Chimera D = 2 thread ranks: worst error {worst:.1e}, reduce-scattered {scattered}, weights on {devices}")
+        assert worst < 1e-10 and scattered and devices == [str(torch.device(device))], (worst, scattered, devices)
+
+
+@pytest.mark.slow   # the default tier's form: nbs/06h_zero.ipynb on gloo processes
+def test_sharded_optimizer_on_thread_ranks_cpu():
+    "The GPU check's sharded-optimizer run, on the CPU: exact against one process."
+    check_zero_on_threads('cpu')
+
+
+@cuda_only
+@pytest.mark.timeout(300)
+def test_sharded_optimizer_on_thread_ranks_gpu():
+    "zero = 1 on two thread ranks sharing the GPU: the reduce-scatter and all-gather on CUDA tensors, exact against one process."
+    check_zero_on_threads('cuda:0')
