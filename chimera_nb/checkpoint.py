@@ -229,7 +229,8 @@ def check_resume(cfg:TrainConfig) -> int|None:
         free = {f.strip() for f in (cfg.resume_anyway or '').split(',') if f.strip()}
         if diff := [k for k in config_differences(m['config'], cfg) if k not in free]:
             raise SpecError(f"{root} holds checkpoints of another run (step {m['step']}): {', '.join(diff)} differ; use a new "
-                            f"checkpoint_dir for a new run, or resume_anyway={','.join(diff)} to continue it with these values")
+                            f"checkpoint folder for a new run (--checkpoint-dir), or continue it with these values: --resume-anyway {','.join(diff)} "
+                            f"(resume_anyway='{','.join(diff)}' in Python)")
         return m['step']
     return None
 
@@ -238,7 +239,8 @@ class RunComplete(Exception):
     "The run in a checkpoint folder did all its steps: nothing to train (a resubmitted or requeued finished run)."
     def __init__(self, folder, step:int, steps:int):
         self.folder, self.step, self.steps = str(folder), step, steps
-        super().__init__(f"the run in {folder} is complete: step {step} of {steps}; to train more, raise steps (resume_anyway=steps), "
+        super().__init__(f"the run in {folder} is complete: step {step} of {steps}; to train more, raise --steps and add --resume-anyway steps "
+                         f"(in Python: steps=..., resume_anyway='steps'), "
                          f"or start a new run in a new folder")
 
 def check_not_complete(cfg:TrainConfig) -> int|None:

@@ -267,18 +267,18 @@ def train_main(argv=None) -> int:
 
 # %% ../nbs/11_cli.ipynb #91d322f0
 def _job_flags(s, docs:dict, calibrate:bool=False):
-    "The job's flags on subcommand parser `s`: a preset and a flag per SlurmJob field, its help the field's comment (calibrate: no job name, no requeue)."
+    "The job's flags on subcommand parser `s`: a preset and a flag per SlurmJob field, its help the field's comment (calibrate: none of training's: no job name, requeue or restarts)."
     from chimera_nb.slurm import CLUSTER_PRESETS
     s.add_argument('--preset', default='generic', choices=list(CLUSTER_PRESETS),
                    help="a cluster's defaults (partition, GPUs and their type, CPUs, memory, modules); the flags below override them")
     for f in ('run_dir', 'name', 'gpu_type', 'mem', 'time', 'partition', 'account', 'qos', 'python'):
         if not (calibrate and f == 'name'): s.add_argument('--' + f.replace('_', '-'), metavar=f.upper(), help=docs[f])
-    for f in ('nodes', 'gpus_per_node', 'tasks_per_node', 'cpus_per_task', 'signal_before', 'max_restarts'):
+    for f in ('nodes', 'gpus_per_node', 'tasks_per_node', 'cpus_per_task') + (() if calibrate else ('signal_before', 'max_restarts')):
         s.add_argument('--' + f.replace('_', '-'), type=int, metavar='N', help=docs[f])
     s.add_argument('--module', action='append', dest='modules', metavar='MODULE', help=f"{docs['modules']} (repeat; replaces the preset's)")
     s.add_argument('--env', action='append', default=[], metavar='NAME=VALUE', help=f"{docs['env']} (repeat)")
     s.add_argument('--setup', action='append', dest='setup', metavar='LINE', help=f"{docs['setup']} (repeat)")
-    s.add_argument('--extra', action='append', metavar='OPTION', help=f"{docs['extra']} (repeat; e.g. --extra=--constraint=ib)")
+    s.add_argument('--extra', action='append', metavar='OPTION', help="a further sbatch option (repeat; e.g. --extra=--constraint=ib --extra=--exclusive)")
     if not calibrate: s.add_argument('--no-requeue', action='store_true', help="do not requeue when training stops with a checkpoint (exit 75)")
     s.add_argument('--dry-run', action='store_true', help='every check a submit makes, then print the script instead of submitting it')
 
@@ -377,6 +377,7 @@ def slurm_main(argv=None) -> int:
             j = submit(job); print(f"submitted calibration job {j.job_id}: profile {job.program[4]} into {job.program[2]}; run folder {j.run_dir}"); return 0
         if a.cmd in ('history', 'profiles'): print(_profiles_table(a)); return 0
         if a.cmd == 'collect':
+            if not Path(a.run_dir).is_dir(): raise ValueError(f"{a.run_dir} is not a folder: give a run folder, or a sweep's folder of runs")
             df = collect(a.run_dir)
             if a.csv: df.to_csv(a.csv, index=False)
             print(df.to_string(index=False) if len(df) else f"no finished runs under {a.run_dir}"); return 0

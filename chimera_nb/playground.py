@@ -18,11 +18,12 @@ from .perf_model import predict, predicted_costs
 from .program import resolve_sync
 from .profile import Profile, estimate_profile, measured_profiles
 from .hardware import HARDWARE
-from .viz import plot_breakdown, replace_figure
+from .viz import plot_breakdown
 from .memory import memory_estimate, MEMORY_PARTS, host_memory, node_need, HOST_PARTS
 from .catalog import PRESETS
-from .explore import Explorer, show_with_hint, alive_style, responsive
+from .explore import Explorer, PlotBox, show_with_hint
 from .viz import GLOSSARY, sig3, pct
+from .simulate import with_unit
 
 # %% ../nbs/12_playground.ipynb #pg38a
 def _hardware_options(current:str|None=None) -> list:
@@ -45,7 +46,7 @@ def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:floa
                                           layout=box('220px')),
                 host=W.BoundedFloatText(value=host_gib or 0.0, min=0, max=1e6, description='host GiB/node (0: the node\'s)', style=st,
                                         layout=box('250px')),
-                zero=W.Dropdown(options=[('whole on every replica', (0,)), ('sharded (zero 1)', (1,)), ('both, ranked', (0, 1))], value=(0, 1),
+                zero=W.Dropdown(options=[('whole on every replica', (0,)), ('sharded (zero 1)', (1,)), ('both, ranked', (0, 1))], value=(0,),
                                 description='optimizer state', style=st, tooltip=GLOSSARY['zero']),
                 tune_button=W.Button(description='Tune', button_style='primary'))
 
@@ -62,7 +63,7 @@ class Playground(W.VBox):
         self.table, self.details = (W.HTML(layout=W.Layout(max_width='100%', overflow='auto')) for _ in range(2))   # wide tables scroll inside the notebook
         self.choice = W.Dropdown(options=[], description='configuration', style=dict(description_width='initial'), layout=W.Layout(width='640px', max_width='100%'))
         self.explorer = Explorer(memory=False)   # width: the notebook's
-        self.breakdown = responsive(go.FigureWidget())
+        self.breakdown = PlotBox()   # drawn when a configuration is chosen
         self.slurm_button, self.slurm_out = W.Button(description='SLURM job…', disabled=True), W.Output()
         self.calibrate_button = W.Button(description='Calibrate…', tooltip="measure a partition for this model: a short SLURM job; the tuner ranks with its profile")
         self.actions = W.HBox([self.slurm_button, self.calibrate_button])   # other tools add their buttons here
@@ -71,7 +72,6 @@ class Playground(W.VBox):
         super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.host, self.zero, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
                           self.details, self.breakdown, self.explorer])
-        self.children += (alive_style(self),)   # hides the re-run line while the app is drawn
         self.tune_button.on_click(lambda _: self.tune())
         self.choice.observe(lambda ch: self.choose(ch['new']), names='value')
         self.slurm_button.on_click(lambda _: self._show_slurm_form())
@@ -169,7 +169,7 @@ def _clear(self:Playground):
 
 # %% ../nbs/12_playground.ipynb #e4021dee
 _RANKING_COLUMNS = {'label': 'schedule', 'W': 'W', 'D': 'D', 'B': 'B', 'N': 'N', 'recompute': 'recompute', 'zero': 'zero',
-                    'iteration_s': 'iteration (s)', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
+                    'iteration_s': 'iteration', 'throughput': 'throughput (samples/s)', 'bubble': 'bubble ratio',
                     'memory_GiB': 'memory (GiB/GPU)', 'host_GiB': 'host memory (GiB/node)', 'mfu': 'MFU'}   # the chosen row's breakdown (compute, p2p, bubbles, all-reduce) is drawn below
 
 def _ranking_html(r, rows:int=10) -> str:
@@ -177,6 +177,7 @@ def _ranking_html(r, rows:int=10) -> str:
     t = r[[c for c in _RANKING_COLUMNS if c in r]].head(rows).copy()
     for c in t.columns:
         if c in ('bubble', 'mfu'): t[c] = t[c].map(pct)
+        elif c == 'iteration_s': t[c] = t[c].map(with_unit)   # µs, ms or s: the unit that suits it
         elif t[c].dtype.kind == 'f': t[c] = t[c].map(sig3)
     t = t.rename(columns={k: (f"<abbr title='{html.escape(GLOSSARY[v])}'>{v}</abbr>" if v in GLOSSARY else v)
                           for k, v in _RANKING_COLUMNS.items()})
@@ -205,14 +206,16 @@ def _spec_chosen(self:Playground, change):
     self.slurm_button.disabled = s is None
     if s is None:
         self.details.value, self.form = '', None
-        self.slurm_out.clear_output(); replace_figure(self.breakdown, go.Figure()); return
+        self.slurm_out.clear_output(); self.breakdown.show(None)
+        self.explorer.clear('No configuration chosen: nothing to draw.'); return
+    if self.explorer.fig is None or self.explorer.fig.figure is None: self.explorer.redraw()   # after nothing fit: the same spec again
     prof = self._base_profile().at(s.B)
-    mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages))
+    mem = memory_estimate(s.make(), prof.stage_profiles(s.make().num_stages), zero=s.zero, dp_width=s.W)
     self.details.value = ("<b>Memory per GPU (GiB)</b><div style='overflow-x:auto;max-width:100%'>" + (mem[['rank'] + list(MEMORY_PARTS) + ['total']]
                           .set_index('rank').div(2**30).round(3).to_html()) + "</div>" + _host_html(prof, s))
-    preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m) for m in ('analytic', 'simulate')]
+    preds = [predict(prof, s.make(), s.W, resolve_sync(s.sync, prof.comm_overlaps), m, zero=s.zero) for m in ('analytic', 'simulate')]
     fig = plot_breakdown(preds, title=f"{preds[0].label}: predicted iteration").update_layout(width=None, autosize=True)
-    replace_figure(self.breakdown, fig)
+    self.breakdown.show(fig)
     if self.form is not None: self.form.set_train(self.to_train_config(steps=self.form.w['steps'].value))   # the form follows the choice
     for fn in self._callbacks: fn(s, self.to_train_config())
 

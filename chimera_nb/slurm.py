@@ -385,7 +385,7 @@ def _check_reuse(run:Path, configs:list):
         ck = (run if len(configs) == 1 else run / f'task-{i}') / 'checkpoints'
         try: step = check_not_complete(cfg.replace(checkpoint_dir=str(ck), resume=True))
         except ValueError as e:
-            raise ValueError(f"{e} (the job would stop at once): submit into a fresh run folder, e.g. run_dir={str(run)}-2") from e
+            raise ValueError(f"{e} (the job would stop at once): submit into a fresh run folder, e.g. --run-dir {str(run)}-2 (run_dir= in Python)") from e
         if step is not None:
             import warnings
             warnings.warn(f"{ck} holds checkpoints up to step {step}: this job resumes them; give a fresh run_dir for a new run")
@@ -585,15 +585,14 @@ def _watch_figure(m:'pd.DataFrame') -> 'go.Figure':
 class JobWatch:
     "A widget that follows a `Job`: state table, log tail, loss and step time against the prediction (a line per array task)."
     def __init__(self, job:Job, poll:float=30.0, max_poll:float=300.0, lines:int=30, metrics_every:float=2.0):
-        import ipywidgets as W, plotly.graph_objects as go, threading, html
-        from chimera_nb.explore import responsive, alive_style   # the app layer, imported only by a watch (the CLI stays light)
+        import ipywidgets as W, threading, html
+        from chimera_nb.explore import PlotBox   # the app layer, imported only by a watch (the CLI stays light)
         from chimera_nb.report import read_metrics
         self.job, self.lines, self._html = job, lines, html
         self.status, self.log, self.line = W.HTML(), W.HTML(), W.HTML('starting…')
         self.bar, self.total = W.IntProgress(min=0, max=1, description='steps'), _run_steps(job.run_dir)
-        self.fig = responsive(go.FigureWidget(_watch_figure(read_metrics(job.run_dir))))
+        self.fig = PlotBox(_watch_figure(read_metrics(job.run_dir)))
         self.widget = W.VBox([self.status, W.HBox([self.bar, self.line], layout=W.Layout(flex_flow='row wrap')), self.fig, self.log])
-        self.widget.children += (alive_style(self.widget),)   # hides the re-run line while the watch is drawn
         self._stop, self.ended, self._state = threading.Event(), False, 'submitted'
         self.refresh()
         self._thread = threading.Thread(target=self._loop, args=(poll, max_poll), daemon=True); self._thread.start()
@@ -615,9 +614,8 @@ def refresh(self:JobWatch) -> bool:
 @patch
 def plot_metrics(self:JobWatch) -> int:
     "Redraw the loss curves from the metrics files; the number of steps seen."
-    from chimera_nb.viz import replace_figure
     m = self.job.metrics()
-    if len(m) and len(m) != getattr(self, '_seen', 0): replace_figure(self.fig, _watch_figure(m))   # a reloaded page draws it too
+    if len(m) and len(m) != getattr(self, '_seen', 0): self.fig.show(_watch_figure(m))   # a reloaded page draws it too
     self._seen = len(m)
     done, loss = (int(m.step.max()), float(m.loss.iloc[-1])) if len(m) else (0, None)
     spans = m.pipeline_s.dropna().tolist() if 'pipeline_s' in m else []
@@ -691,8 +689,6 @@ class JobForm:
         v, wrap = list(self.w.values()), W.Layout(flex_flow='row wrap')
         self.widget = W.VBox([self.summary, W.HBox([W.VBox(v[:7]), W.VBox(v[7:])], layout=wrap),
                               W.HBox([self.render_btn, self.submit_btn]), self.status, self.script, self.watch_box])
-        from chimera_nb.explore import alive_style   # the app layer, imported only by a form (the CLI stays light)
-        self.widget.children += (alive_style(self.widget),)   # hides the re-run line while the form is drawn
         self._spec_changed()
 
 # %% ../nbs/10_slurm.ipynb #d6c67543

@@ -247,7 +247,8 @@ def _diverged(cfg, step, skips, e) -> str:
 
 # %% ../nbs/07_train.ipynb #4fcc8ed5
 def _bar(cfg, start):
-    if not cfg.progress: return None
+    "The step bar: in a terminal or a notebook only (into a log, a job's output, tqdm's redraws are carriage-return fragments)."
+    if not cfg.progress or not (sys.stderr.isatty() or 'ipykernel' in sys.modules): return None
     from tqdm.auto import tqdm
     return tqdm(total=cfg.steps, initial=start, desc=f"{cfg.spec.label} D={cfg.spec.D} W={cfg.spec.W}", unit='step')
 
@@ -346,9 +347,9 @@ class _StepSender:
 def _parent_bar(cfg:TrainConfig, on_step):
     "(the `on_step` the ranks get) while a thread in this process draws the steps rank 0 reports."
     import multiprocessing, threading
-    if not cfg.progress: yield on_step; return
-    recv, send = multiprocessing.Pipe(duplex=False)
     bar = _bar(cfg, 0)
+    if bar is None: yield on_step; return   # no bar asked, or no terminal to draw it in
+    recv, send = multiprocessing.Pipe(duplex=False)
     def follow():
         try:
             while (step := recv.recv()) is not None: bar.n = step; bar.refresh()

@@ -7,10 +7,10 @@ Docs: https://chimera-nb.github.io/chimera_nb/viz.html.md"""
 # %% auto #0
 __all__ = ['GLOSSARY', 'EXPORTS', 'pct', 'cost_label', 'remember_theme', 'resolve_theme', 'plot_timeline', 'plot_memory',
            'compare', 'overlay', 'save_html', 'find_chromium', 'save_image', 'to_chrome_trace', 'plot_breakdown',
-           'replace_figure', 'export_schedule']
+           'export_schedule']
 
 # %% ../nbs/02_viz.ipynb #3c78f448
-import colorsys, contextlib, copy, json, logging, os, shutil, textwrap
+import colorsys, contextlib, json, logging, os, shutil, textwrap
 from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
@@ -19,7 +19,7 @@ from .schedules import make_schedule, schedule_label
 from .ir import Schedule, dependencies, pipe_tag
 from .torch_order import to_torch_csv
 from .program import message
-from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table, sig3
+from .simulate import Costs, Timeline, COMPUTE, simulate, closed_form, compare_table, sig3, with_unit
 
 # %% ../nbs/02_viz.ipynb #e54838af
 _PIPE_HUES = (212, 24, 140, 282, 186, 48, 330, 96)  # degrees: down blue, up orange, then the 2k pipes
@@ -48,8 +48,8 @@ GLOSSARY = {'W': 'data-parallel width: pipelines training side by side, each on 
             'B': 'micro-batch size: samples in one micro-batch (as an action: a backward pass)',
             'N': 'micro-batches per pipeline per iteration',
             'B̂': 'global batch: samples per iteration, W · N · B',
-            'Ma': 'activation memory of one stage for one micro-batch',
-            'Mθ': 'weight memory of one stage (its parameters)',
+            'stage micro-batches': "activations, counted in what one stage keeps for one micro-batch (the paper's Ma)",
+            'stages': "weights, counted in one stage's parameters (the paper's Mθ)",
             'MFU': "model FLOPs utilisation: the model's FLOPs per second (forward and backward; recomputation not counted) "
                    "over the peak of the GPUs it runs on",
             'zero': "1: each stage's optimizer state sharded over its replicas (ZeRO-1: Chimera's two pipes x W); "
@@ -286,8 +286,10 @@ def _raster_traces(tl:Timeline, t0:float|None=None, columns:int=_RASTER_COLUMNS,
     return [heat] + keys
 
 # %% ../nbs/02_viz.ipynb #1f366754
-def _time_title(tl:Timeline) -> str:
-    return 'time (s)' if _time_unit(tl) == 's' else 'time (cost units, F = 1 in the presets)'
+def _time_axis(tl:Timeline) -> dict:
+    "The time axis: seconds ticked with SI prefixes (`20ms`, `85µs`), as `with_unit` writes the makespan; cost units as they are."
+    if _time_unit(tl) == 's': return dict(title=dict(text='time'), tickformat='~s', ticksuffix='s')
+    return dict(title=dict(text='time (cost units, F = 1 in the presets)'))
 
 def _n_text(tl:Timeline) -> str:
     "N as the user set it, and the effective N beside it where the variant runs another (backward halving: 2N of half size)."
@@ -304,7 +306,7 @@ def _describe(tl:Timeline, costs:Costs|None=None) -> str:
     return f"{schedule_label(tl.name, m) if tl.name else 'timeline'} D={m.get('D', tl.num_ranks)} {_n_text(tl)}{cost}{src}"
 
 def _headline(tl:Timeline) -> str:
-    return f"makespan {sig3(tl.makespan)} {_time_unit(tl)}, bubble ratio {pct(tl.bubble_ratio)}"
+    return f"makespan {with_unit(tl.makespan, _time_unit(tl))}, bubble ratio {pct(tl.bubble_ratio)}"
 
 
 # %% ../nbs/02_viz.ipynb #8de11de0
@@ -353,7 +355,7 @@ def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to _
     lanes = any(e.kind not in COMPUTE for e in tl.events)
     fig.update_layout(barmode='overlay', autosize=True,
                       height=height or max(_height(R), _legend_height(traces)), yaxis=_rank_axis(R, lanes), bargap=0,
-                      xaxis=dict(title=_time_title(tl), zeroline=False, showgrid=True), uniformtext=_UNIFORMTEXT,
+                      xaxis=dict(**_time_axis(tl), zeroline=False, showgrid=True), uniformtext=_UNIFORMTEXT,
                       legend=_LEGEND, hoverlabel=dict(align='left'))
     return _apply_theme(_titled(fig, title, dict(l=70, r=20, b=50)), theme)
 
@@ -387,9 +389,9 @@ def _paper_lines(fig:go.Figure, tl:Timeline, R:int):
 
 # %% ../nbs/02_viz.ipynb #7d78b3ce
 def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto') -> go.Figure:
-    "Live activations per rank over time (step lines) and the per-rank peak (bars), in Ma units."
+    "Live activations per rank over time (step lines) and the per-rank peak (bars), in stage micro-batches."
     tl = _as_timeline(timeline, 'plot_memory')
-    if title is None: title = f"{_describe(tl)} — live activations (Ma: activations of one stage for one micro-batch)"
+    if title is None: title = f"{_describe(tl)} — live activations, in stage micro-batches (what one stage keeps for one micro-batch)"
     if not tl.events: return _empty_figure('empty timeline: no memory to draw', title, theme)
     R, t0 = _num_ranks(tl), _t0(tl)
     colors, peaks = _rank_colors(R), tl.peak_activations + [0.0] * (R - tl.num_ranks)
@@ -406,16 +408,16 @@ def plot_memory(timeline, title:str|None=None, height:int=380, theme:str='auto')
         fig.add_trace(go.Scatter(x=c[:, 0] - t0, y=c[:, 1], mode='lines', name=f"rank {r}", legendgroup=f"r{r}",
                                  line=dict(shape='hv', width=1.8 - 0.3 * min(k, 3), color=colors[r], dash=_DASHES[k % 4]),
                                  showlegend=R <= 16, meta=dict(role='memory', rank=r, repeat=k, reduced=reduce),
-                                 hovertemplate=f"rank {r}" + "<br>t %{x:.3g}: %{y:.3g} Ma" + f"<br>{_gloss('Ma')}<extra></extra>"), 1, 1)
+                                 hovertemplate=f"rank {r}" + "<br>t %{x:.3g}: %{y:.3g} stage micro-batches" + f"<br>{_gloss('stage micro-batches')}<extra></extra>"), 1, 1)
     fig.add_trace(go.Bar(x=list(range(R)), y=peaks, marker_color=colors, showlegend=False,
-                         meta=dict(role='peak'), hovertemplate="rank %{x}: peak %{y:.3g} Ma" + f"<br>{_gloss('Ma')}<extra></extra>"), 1, 2)
+                         meta=dict(role='peak'), hovertemplate="rank %{x}: peak %{y:.3g} stage micro-batches" + f"<br>{_gloss('stage micro-batches')}<extra></extra>"), 1, 2)
     _paper_lines(fig, tl, R)
     if reduce: title += "<br><sup>curves reduced to their maximum per 1/600 of the time</sup>"
     fig.update_layout(height=height, autosize=True, legend=dict(font=dict(size=10), tracegroupgap=0))
     _titled(fig, title, dict(l=60, r=20, b=50), gap=24)   # above the subplots' titles
-    fig.update_xaxes(title_text=_time_title(tl), row=1, col=1)
+    fig.update_xaxes(**_time_axis(tl), row=1, col=1)
     fig.update_xaxes(title_text='rank (GPU)', dtick=1 if R <= 16 else 8, row=1, col=2)
-    fig.update_yaxes(title_text='live activations (Ma)', rangemode='tozero', row=1, col=1)
+    fig.update_yaxes(title_text='live activations (stage micro-batches)', rangemode='tozero', row=1, col=1)
     return _apply_theme(fig, theme)
 
 # %% ../nbs/02_viz.ipynb #9105a008
@@ -430,8 +432,8 @@ def _unit_table(table, unit:str='cost units'):
         t['closed_form_act'] = t.closed_form_act.map(lambda v: '–'.join(dict.fromkeys(sig3(x) for x in v if x is not None)) if isinstance(v, tuple) else '')
     return t.rename(columns={'makespan': f'makespan ({unit})', 'makespan_closed_form': f'closed form ({unit})',
                              'bubble': 'bubble ratio', 'bubble_closed_form': 'closed form ratio', 'assumes': 'closed form assumes',
-                             'peak_act_min': 'peak activations, least rank (Ma)', 'peak_act_max': 'most rank (Ma)',
-                             'closed_form_act': 'closed form (Ma)', 'weight_copies': 'weights (Mθ)'})
+                             'peak_act_min': 'peak activations, least rank (stage micro-batches)', 'peak_act_max': 'most rank (stage micro-batches)',
+                             'closed_form_act': 'closed form (stage micro-batches)', 'weight_copies': 'weights (stages)'})
 
 # %% ../nbs/02_viz.ipynb #d3843925
 class _Comparison:
@@ -484,7 +486,7 @@ def compare(items, costs:Costs|None=None, # costs for the items that are not yet
                         subplot_titles=[f"{_describe(t, costs)} — {_headline(t)}" for t in tls])
     n = sum(e.kind in COMPUTE for t in tls for e in t.events)
     _compare_traces(fig, tls, n <= _LABEL_LIMIT if labels is None else labels, n > _RASTER_LIMIT)
-    fig.update_xaxes(title_text=_time_title(tls[0]), row=len(tls), col=1)
+    fig.update_xaxes(**_time_axis(tls[0]), row=len(tls), col=1)
     fig.update_layout(barmode='overlay', bargap=0, hoverlabel=dict(align='left'), uniformtext=_UNIFORMTEXT, autosize=True,
                       height=max(H, _legend_height(fig.data)), legend=_LEGEND, margin=dict(l=70, r=20, t=40, b=50))
     fig.update_annotations(font_size=12, x=0, xanchor='left')
@@ -534,7 +536,7 @@ def overlay(predicted, measured, scale:float|str|None=None, # multiply predicted
     fig = go.Figure(traces)
     fig.update_layout(barmode='overlay', bargap=0, autosize=True,
                       height=height or max(_height(R), _legend_height(traces)), yaxis=_rank_axis(R, True),
-                      hoverlabel=dict(align='left'), xaxis=dict(title=_time_title(m), zeroline=False),
+                      hoverlabel=dict(align='left'), xaxis=dict(**_time_axis(m), zeroline=False),
                       legend=_LEGEND)
     return _apply_theme(_titled(fig, title, dict(l=70, r=20, b=50)), theme)
 
@@ -660,29 +662,14 @@ def to_chrome_trace(timeline, path=None, # also write the JSON here
 # %% ../nbs/02_viz.ipynb #a78ead21
 def plot_breakdown(preds:list, # perf_model.Prediction objects
                    title:str='Where the iteration goes'):
-    "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce (ms)."
+    "A plotly stacked bar per prediction: compute, p2p, bubbles, un-overlapped all-reduce (seconds, ticked in µs, ms or s)."
     names = [f"{p.label} W={p.W} D={p.D} B={p.B} ({p.method})" for p in preds]
-    fig = go.Figure([go.Bar(x=names, y=[getattr(p.breakdown, k) * 1e3 for p in preds], name=k,
-                            hovertemplate=f'%{{x}}<br>{k}: %{{y:.3g}} ms<extra></extra>') for k in preds[0].breakdown._fields])
-    fig.update_layout(barmode='stack', yaxis_title='ms per iteration', template='plotly_white', height=380)
+    part = lambda k: [getattr(p.breakdown, k) for p in preds]
+    fig = go.Figure([go.Bar(x=names, y=part(k), name=k, customdata=[with_unit(v) for v in part(k)],
+                            hovertemplate=f'%{{x}}<br>{k}: %{{customdata}}<extra></extra>') for k in preds[0].breakdown._fields])
+    fig.update_layout(barmode='stack', yaxis=dict(title=dict(text='time per iteration'), tickformat='~s', ticksuffix='s'),
+                      template='plotly_white', height=380)
     return _titled(fig, title, dict(l=60, r=20, b=60))
-
-# %% ../nbs/02_viz.ipynb #9f0da20d
-def replace_figure(fw:go.FigureWidget, # a displayed figure widget
-                   fig:go.Figure, # what it should show now
-                  ) -> go.FigureWidget:
-    """Redraw `fw` with the traces and layout of `fig` (layout properties `fig` lacks are reset, so none stay stale), and keep
-    the widget's saved state in step: a reloaded page draws this figure, not the first one."""
-    stale = set(fw.layout.to_plotly_json()) - set(fig.layout.to_plotly_json())
-    if stale: fw.plotly_relayout({k: None for k in stale})   # while the old layout still has them
-    with fw.batch_update():
-        fw.data = []
-        fw.add_traces(list(fig.data))
-        fw.layout = fig.layout
-    # plotly sets the state a page rebuilds a FigureWidget from only at creation and display, and sends later changes as
-    # messages: without this a reloaded page draws the first figure (a stale timeline, an empty breakdown)
-    fw._widget_data, fw._widget_layout = copy.deepcopy(fw._data), copy.deepcopy(fw._layout_obj._props)
-    return fw
 
 # %% ../nbs/02_viz.ipynb #6f01f748
 EXPORTS = {'text': '.txt', 'csv': '.csv', 'torch-csv': '.torch.csv', 'trace': '.trace.json'}

@@ -1,5 +1,6 @@
 """Running a notebook of this project in Jupyter leaves git clean, and a user's own notebook keeps its outputs: `make
-install` appends tools/jupyter_save_hook.py to Jupyter's server config, which runs nbdev's clean on save (pyproject:
+install` copies tools/jupyter_save_hook.py into the venv's own Jupyter server config (.venv/etc/jupyter; the user-wide
+~/.jupyter is left alone), which runs nbdev's clean on save (pyproject:
 jupyter_hooks, clear_all) for the notebooks under the project's nbs/ only. Tested through Jupyter's own
 FileContentsManager.save with that very hook, in a copy of the project's settings."""
 import json, shutil
@@ -44,6 +45,17 @@ def test_jupyter_saves_source_notebooks_clean_and_user_notebooks_whole(tmp_path,
 
 def test_make_install_installs_the_hook():
     make = (ROOT / 'Makefile').read_text()
-    assert 'cat tools/jupyter_save_hook.py >> $(JUPYTER_CFG)' in make and 'grep -qs chimera_nb_clean_jupyter' in make
+    assert 'cp tools/jupyter_save_hook.py $(JUPYTER_CFG)' in make
     cfg = (ROOT / 'pyproject.toml').read_text()
     assert 'jupyter_hooks = true' in cfg and 'clear_all = true' in cfg
+
+
+def test_make_install_writes_only_the_venvs_jupyter_config():
+    "The hook goes to the venv's config folder (sys.prefix/etc/jupyter, which the venv's Jupyter reads), replaced, not appended."
+    make = (ROOT / 'Makefile').read_text()
+    cfg = next(l for l in make.splitlines() if l.startswith('JUPYTER_CFG'))
+    assert cfg.split(':=')[1].strip() == '$(VENV)/etc/jupyter/jupyter_server_config.py', cfg
+    assert '$(HOME)/.jupyter' not in make and '>> $(JUPYTER_CFG)' not in make
+    import sys, subprocess
+    paths = subprocess.run([sys.executable, '-m', 'jupyter', '--paths', '--json'], capture_output=True, text=True, check=True).stdout
+    assert str(Path(sys.prefix) / 'etc' / 'jupyter') in json.loads(paths)['config']   # where the venv's Jupyter looks first

@@ -108,3 +108,13 @@ def test_slurm_calibrate_profiles_history(run, tmp_path, monkeypatch):
     assert re.search(r'hpg-turin-gpt2-tiny-float32\s+1\s+-0\.1\s+0\.1\s+0\.1', out), out
     r = run('slurm', 'calibrate', '--profile-name', '../x', '--dry-run', ok=False)
     assert r.returncode == 2 and "profile name '../x'" in r.stderr
+
+
+def test_each_slurm_subcommand_shows_its_own_flags_and_a_missing_folder_is_an_error(run, tmp_path):
+    "calibrate's help has none of training's flags and no Python in its examples; collect of a folder that is not there exits 2."
+    help_ = run('slurm', 'calibrate', '--help').stdout
+    for flag in ('--signal-before', '--max-restarts', '--no-requeue', '--name '): assert flag not in help_, flag
+    assert '--extra=--constraint=ib' in help_ and "('--" not in help_
+    assert '--signal-before' in run('slurm', 'submit', '--help').stdout
+    r = run('slurm', 'collect', tmp_path / 'nope', ok=False)
+    assert r.returncode == 2 and 'is not a folder' in r.stderr and r.stderr.count('\n') == 1, r.stderr

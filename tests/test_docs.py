@@ -71,7 +71,10 @@ def test_docs_pages_as_nbdev(site):
     assert 'Not executed for this site' in pages['00_schedules'] and 'plotly-graph-div' not in pages['00_schedules']
     assert (out / 'assets' / 'javascripts' / 'plotly.min.js').stat().st_size > 1_000_000
     assert (out / 'search' / 'search_index.js').read_text().startswith('var __index =')   # the offline plugin's index
-    assert 'unpkg.com' not in (out / 'index.html').read_text()             # the iframe-worker shim is the site's own
+    index = (out / 'index.html').read_text()
+    assert 'unpkg.com' not in index                                        # the iframe-worker shim is the site's own
+    assert 'data-md-component="source"' not in index and '"repo_url"' not in index   # no repository widget: no call to api.github.com
+    assert 'https://github.com/chimera-nb/chimera_nb' in index             # the project's link, as a plain link
 
 
 def test_docs_in_chromium(site, pages, tmp_path):

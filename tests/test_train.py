@@ -130,7 +130,7 @@ def test_the_command(tmp_path, capsys):
     assert json.loads(out.stdout.splitlines()[-1])['steps'] == 3
     logged = (tmp_path / 'm.jsonl').read_text()
     code, stdout, stderr = _train_main(capsys, args + ['--resume'])   # the finished run, resubmitted
-    assert code == 0 and 'is complete: step 3 of 3' in stderr, stderr[-2000:]
+    assert code == 0 and 'is complete: step 3 of 3' in stderr and '--resume-anyway steps' in stderr, stderr[-2000:]   # the flag of the tool in use
     assert json.loads(stdout)['steps'] == 3   # its summary, not a run of no steps
     assert (tmp_path / 'm.jsonl').read_text() == logged   # nothing started: no empty run appended to its metrics
     code, _, stderr = _train_main(capsys, ['--partition', 'time'])   # SLURM's word, not balancing
@@ -287,3 +287,10 @@ def test_a_searched_schedule_trains_from_its_file_as_plain_training(tmp_path):
     ref = train(TC(**BASE, schedule='1f1b', D=1, steps=3, local_ranks=1))
     assert len(got.losses) == 3
     for (s, a), (_, b) in zip(got.losses, ref.losses): assert abs(a - b) <= 1e-9 * abs(b), (s, a, b)
+
+
+def test_no_progress_bar_into_a_log():
+    "Output that is not a terminal (a job's log, a pipe: pytest's captured stderr here) gets no tqdm bar, even with progress on."
+    from chimera_nb.train import _bar   # test-only: the bar itself, without a run
+    from chimera_nb.spec import PipelineSpec
+    assert _bar(TrainConfig(PipelineSpec(model='bert-tiny'), steps=3, progress=True), 0) is None
