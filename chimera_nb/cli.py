@@ -344,8 +344,17 @@ def _calibration_from_args(a) -> 'SlurmJob':
     from chimera_nb.calibrate import calibration_job
     return calibration_job(a.preset, a.model, a.nodes or 1, a.dtype, a.seq_len, a.sizes, a.profiles, a.profile_name, **_job_changes(a, skip=('nodes',)))
 
+def _csv_out(path:str|None) -> str|None:
+    "A --csv path, checked before any work: its folder exists, and it is no folder itself."
+    if path is None: return None
+    p = Path(path)
+    if p.is_dir(): raise ValueError(f"--csv {path} is a folder: give a file name, e.g. --csv {p / 'table.csv'}")
+    if not p.parent.is_dir(): raise ValueError(f"--csv {path}: its folder {p.parent} does not exist: make it first, or write elsewhere")
+    return path
+
 def _profiles_table(a) -> str:
     "The text `chimera-slurm history` or `profiles` prints (the table also written to --csv)."
+    _csv_out(a.csv)
     if a.cmd == 'history':
         from chimera_nb.report import prediction_history
         df, none = prediction_history(a.profiles, by_profile=not a.runs), "no run was predicted from a measured profile yet"
@@ -377,6 +386,7 @@ def slurm_main(argv=None) -> int:
             j = submit(job); print(f"submitted calibration job {j.job_id}: profile {job.program[4]} into {job.program[2]}; run folder {j.run_dir}"); return 0
         if a.cmd in ('history', 'profiles'): print(_profiles_table(a)); return 0
         if a.cmd == 'collect':
+            _csv_out(a.csv)
             if not Path(a.run_dir).is_dir(): raise ValueError(f"{a.run_dir} is not a folder: give a run folder, or a sweep's folder of runs")
             df = collect(a.run_dir)
             if a.csv: df.to_csv(a.csv, index=False)

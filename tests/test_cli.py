@@ -118,3 +118,12 @@ def test_each_slurm_subcommand_shows_its_own_flags_and_a_missing_folder_is_an_er
     assert '--signal-before' in run('slurm', 'submit', '--help').stdout
     r = run('slurm', 'collect', tmp_path / 'nope', ok=False)
     assert r.returncode == 2 and 'is not a folder' in r.stderr and r.stderr.count('\n') == 1, r.stderr
+
+
+def test_a_csv_path_is_checked_before_any_work(run, tmp_path, monkeypatch):
+    "--csv into a missing folder or onto a folder: one line naming the path and the fix, exit 2, for history, profiles and collect."
+    monkeypatch.setenv('CHIMERA_PROFILES', str(tmp_path))
+    for cmd in (['history'], ['profiles'], ['collect', tmp_path]):
+        for csv, said in ((tmp_path / 'nope' / 't.csv', 'does not exist'), (tmp_path, 'is a folder')):
+            r = run('slurm', *cmd, '--csv', csv, ok=False)
+            assert r.returncode == 2 and said in r.stderr and r.stderr.count('\n') == 1 and 'Traceback' not in r.stderr, (cmd, r.stderr)
