@@ -44,7 +44,7 @@ def test_calibrate_tune_run_history(cluster, profiles, tmp_path, monkeypatch):
     # the profile: written by the job into the folder, with where and how it was measured
     p = Profile.named(NAME).check_use('bert-tiny', 'cpu')
     assert p.machine['hosts'] == [socket.gethostname()] * 2 and p.machine['job_id'] == cal.job_id and p.gpus_per_node == 2
-    assert set(p.machine["links"]) == {"p2p_intra", "allreduce"} and 1e6 < p.p2p_bandwidth < 1e12 and p.ar_beta > 0
+    assert set(p.machine["links"]) == {"p2p_intra", "allreduce", "reduce_scatter", "all_gather"} and 1e6 < p.p2p_bandwidth < 1e12 and p.ar_beta > 0
     assert p.fixed and 'gloo x2' in p.device and p.versions['torch'] and (Path(cal.run_dir) / 'profile.json').is_file()
     assert list(measured_profiles().name) == [NAME] and measured_profiles().refused[0] == ''
 
