@@ -30,8 +30,8 @@ class _Shard:
         self.param = nn.Parameter(self.flat[k * self.size:(k + 1) * self.size])
 
 # %% ../nbs/06h_zero.ipynb #feb2078f
-class _ReduceScatter(GradientSync):
-    "ZeRO's gradient sync: each replica of a sharded stage receives the sum of its slice only; other stages keep the all-reduce."
+class _ShardedSync(GradientSync):
+    "ZeRO's gradient sync: a reduce-scatter for the `scattered` stages (each replica receives its slice of the sum), the all-reduce for the rest; the gathers in flight (`pending`)."
     def __init__(self, shards:dict, scattered:set): self.shards, self.scattered, self.pending = shards, scattered, {}
 
     def start(self, rt, stage, buf, op):
@@ -96,7 +96,7 @@ class ShardedOptimizer:
             if s.group is None: s.ranks, s.k = [rt.rank], 0   # one replica: it keeps the whole stage
         self.inner = make([s.param for s in self.shards.values()])
         scatter = rt.cuda if scatter is None else scatter
-        rt.grad_sync = _ReduceScatter(self.shards, _scattered(self.shards, rt) if scatter else set())
+        rt.grad_sync = _ShardedSync(self.shards, _scattered(self.shards, rt) if scatter else set())
 
     @property
     def param_groups(self): return self.inner.param_groups
