@@ -95,9 +95,23 @@ def reload_until(page, probe, predicate, timeout=120, what='the page after a rel
         except AssertionError as e:
             if page.locator('.jp-OutputArea-output', has_text=LOST_MODEL).count():
                 hint = page.locator('.chimera-rerun').first
-                assert hint.is_visible() and 'Reload the page' in hint.inner_text(), 'a widget JupyterLab lost must say what to do'
+                assert hint.is_visible() and 'run this cell again' in hint.inner_text(), 'a widget JupyterLab lost must say what to do'
             print(f'not restored after reload {reloads} ({e}): reloading again, as the hint says')
     raise AssertionError(f"{what}: three reloads did not bring the widget back, though the kernel is alive")
+
+
+RESTART_JS = """() => { const ctx = window.jupyterapp.shell.currentWidget.sessionContext; window.chimeraRestarted = false;
+  ctx.statusChanged.connect((_, s) => { if (s === 'restarting' || s === 'autorestarting') window.chimeraRestarted = true; });
+  window.jupyterapp.commands.execute('notebook:restart-kernel'); }"""
+KERNEL_BACK_JS = "() => window.chimeraRestarted && window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.status === 'idle'"
+
+
+def restart_kernel(page, timeout=90):
+    """Kernel > Restart, confirmed, and wait (bounded) until the new kernel is idle. The status indicator alone is not
+    enough: it reads idle before the restart begins, and a reload then races the restart (a CI run drew the old widgets)."""
+    page.evaluate(RESTART_JS)
+    page.locator('.jp-Dialog button', has_text='Restart').click()
+    wait_for(page, lambda p: p.evaluate(KERNEL_BACK_JS), bool, timeout, 'the restarted kernel')
 
 
 def run_all(page, tries=5):

@@ -12,7 +12,7 @@ import json, os, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
-from lab_server import run_all, screenshot, wait_for, reload_until, close_sessions, CHROMIUM
+from lab_server import run_all, screenshot, wait_for, reload_until, restart_kernel, close_sessions, CHROMIUM
 
 # the session's JupyterLab (`lab`) and Chromium (`pages`: a fresh context per test, a screenshot when it fails) are tests/conftest.py's
 pytestmark = [pytest.mark.browser,
@@ -397,9 +397,7 @@ def test_explorer_survives_reload(lab, pages, tmp_path):
     assert not page.locator('.chimera-rerun').is_visible()
     screenshot(page, tmp_path, 'reload-1-redrawn.png', full=False)
 
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")   # 2. restart, reload
-    page.locator('.jp-Dialog button', has_text='Restart').click()
-    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+    restart_kernel(page)   # 2. restart, reload
     line = page.locator('.chimera-rerun')
     line.wait_for(state='visible', timeout=60_000)                 # restarted, not reloaded: beside the broken widgets, what to do
     screenshot(page, tmp_path, 'reload-2-restarted-not-reloaded.png', full=False)

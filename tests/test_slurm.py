@@ -248,7 +248,7 @@ WATCH_JS = """() => { const gd = document.querySelector('.jp-OutputArea-output .
 @pytest.mark.timeout(420)
 def test_job_watch_in_jupyterlab_survives_reload_and_restart(cluster, lab, pages, tmp_path):
     "The watch of a finished job in a real JupyterLab: state, loss, measured vs predicted step; a reload redraws it; a restart says what to re-run."
-    from lab_server import run_all, screenshot, wait_for, reload_until
+    from lab_server import run_all, screenshot, wait_for, reload_until, restart_kernel
     job = submit(_job(tmp_path, 'watched', TC(**T, schedule='1f1b', D=2, steps=3)))   # its own job: the browser tier runs apart
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
     cell = f"from chimera_nb.slurm import Job\nw = Job.attach({str(job.run_dir)!r}).watch(poll=1, max_poll=2)\nw"
@@ -266,9 +266,7 @@ def test_job_watch_in_jupyterlab_survives_reload_and_restart(cluster, lab, pages
     after, reloads = reload_until(page, lambda p: p.evaluate(WATCH_JS), done, 60, 'the watch after a reload')
     assert not page.locator('.chimera-rerun').is_visible()
     screenshot(page, tmp_path, 'watch-2-reloaded.png', full=False)
-    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:restart-kernel'); }")
-    page.locator('.jp-Dialog button', has_text='Restart').click()
-    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', state='attached', timeout=60_000)
+    restart_kernel(page)
     page.reload(); page.wait_for_selector('.jp-Notebook .jp-Cell', timeout=90_000)
     line = page.locator('.chimera-rerun')
     line.wait_for(state='visible', timeout=60_000)
