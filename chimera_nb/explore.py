@@ -163,9 +163,14 @@ def _check_explorer_args(schedule, D, N, theme, costs):
     if costs not in COST_PRESETS: raise ValueError(f"unknown cost preset {costs!r}: choose one of {', '.join(COST_PRESETS)}")
 
 # %% ../nbs/02a_explore.ipynb #3ecf129a
+# Stands in for jupyter-widgets/ipywidgets#4026 (a view waits 2 s for its model; a page restore finishing inside that wait
+# shows "model not found" for a model the kernel holds). Its fixes, #4040-#4042, were not released in the newest
+# jupyterlab_widgets measured here (3.0.17, ipywidgets 8.1.9): `show_with_hint` starts no restorer from _RACE_FIXED_IN on.
+_RACE_FIXED_IN = (3, 0, 18)
 _RESTORE_JS = """
 function initialize({ model }) {   // redraw `top` where JupyterLab lost its model restoring a reloaded page
   const top = model.get('top'), t0 = performance.now(), LOST = 'Error displaying widget: model not found';
+  let attached = null;   // the view it drew, disposed with the restorer (a re-run or a closed app)
   const every = setInterval(async () => {
     if (performance.now() - t0 > 120000) return clearInterval(every);
     const hint = document.querySelector('.chimera-rerun-' + top), area = hint && hint.closest('.jp-OutputArea');
@@ -175,12 +180,13 @@ function initialize({ model }) {   // redraw `top` where JupyterLab lost its mod
     try {
       const manager = model.widget_manager, view = await manager.create_view(await manager.get_model(top), {});
       const w = view.luminoWidget || view.pWidget;
+      attached = w;
       lost.textContent = ''; lost.classList.remove('jupyter-widgets');
       w.constructor.attach ? w.constructor.attach(w, lost) : lost.appendChild(w.node);
       console.warn('[chimera] redrew a widget JupyterLab lost restoring the page');
     } catch (e) { console.error('[chimera] could not redraw a lost widget: ' + e); }
   }, 250);
-  return () => clearInterval(every);
+  return () => { clearInterval(every); if (attached) attached.dispose(); };
 }
 export default { initialize };
 """
@@ -221,11 +227,19 @@ def _mark_alive(widget):
     widget.add_class(f'chimera-alive-{widget.model_id}')
     return widget
 
+def _race_fixed(version:str|None=None # jupyterlab_widgets' version (None: the installed one)
+               ) -> bool:
+    "Whether the widget manager has the restore race fixed (see `_RACE_FIXED_IN`)."
+    import importlib.metadata as md, re
+    try: version = version or md.version('jupyterlab_widgets')
+    except md.PackageNotFoundError: return False   # no JupyterLab here: a restorer costs nothing
+    return tuple(int(p) for p in re.findall(r'\d+', version)[:3]) >= _RACE_FIXED_IN
+
 def show_with_hint(widget, what:str='app'):
     "Display `widget` and, under it, its `_rerun_hint`; a `_Restorer` kept with `widget` mends JupyterLab's restore race."
     from IPython.display import display, HTML
     if getattr(widget, '_chimera_restorer', None): widget._chimera_restorer.close()   # displayed again: one restorer
-    widget._chimera_restorer = _Restorer(top=widget.model_id)
+    widget._chimera_restorer = None if _race_fixed() else _Restorer(top=widget.model_id)
     display(widget._repr_mimebundle_(), raw=True)
     display(HTML(_rerun_hint(_mark_alive(widget), what)))
 

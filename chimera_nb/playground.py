@@ -252,7 +252,7 @@ _SLURM_PRESETS = {'b200': 'hpg-b200', 'rtx-pro-6000': 'hpg-rtx6000', 'l4': 'hpg-
 @patch
 def slurm_form(self:Playground, **train_kw):
     "The SLURM launcher's job form for the chosen spec (`train_kw`: training fields, e.g. steps); it follows later choices."
-    from chimera_nb.slurm import JobForm
+    from chimera_nb.job_widgets import JobForm   # the form pulls in SLURM only when asked
     self.form = JobForm(self.to_train_config(**train_kw))
     self.form.w['preset'].value = self._slurm_preset()
     return self.form

@@ -73,6 +73,21 @@ def test_entry_points_are_on_top():
     assert not [m for m, ts in edges.items() if 'cli' in ts]
 
 
+UI = {'explore', 'job_widgets', 'playground'}   # the app layer: every widget (plots, in viz, are not widgets)
+
+def test_the_launcher_has_no_ui():
+    "Widgets live in the app layer: nothing below it imports ipywidgets or anywidget, and the launcher reaches no UI module."
+    edges, _, _ = import_graph()
+    widget_users = {m for m in edges if any(isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+        (a.name if isinstance(n, ast.Import) else n.module or '').split('.')[0] in ('ipywidgets', 'anywidget') for a in n.names)
+        for n in ast.walk(ast.parse((PKG / f'{m}.py').read_text())))}
+    assert widget_users <= UI, widget_users - UI
+    for m in ('slurm', 'calibrate', 'sweep', 'slurm_scripts', 'train', 'report'):
+        seen, todo = set(), [m]
+        while todo: todo += [t for t in edges[todo.pop()] if t not in seen and not seen.add(t)]
+        assert not seen & UI, (m, seen & UI)
+
+
 if __name__ == '__main__':
     edges, private, public = import_graph()
     by_floor = collections.defaultdict(list)

@@ -251,7 +251,7 @@ def test_job_watch_in_jupyterlab_survives_reload_and_restart(cluster, lab, pages
     from lab_server import run_all, screenshot, wait_for, reload_until, restart_kernel
     job = submit(_job(tmp_path, 'watched', TC(**T, schedule='1f1b', D=2, steps=3)))   # its own job: the browser tier runs apart
     assert job.wait(timeout=220, poll=1, max_poll=3) == 'COMPLETED', job.log() + cluster.logs()
-    cell = f"from chimera_nb.slurm import Job\nw = Job.attach({str(job.run_dir)!r}).watch(poll=1, max_poll=2)\nw"
+    cell = f"from chimera_nb.slurm import Job\nfrom chimera_nb.job_widgets import watch\nw = watch(Job.attach({str(job.run_dir)!r}), poll=1, max_poll=2)\nw"
     (lab['root'] / 'watch.ipynb').write_text(json.dumps({"cells": [{"cell_type": "code", "execution_count": None, "id": "watch", "metadata": {},
                                                                     "outputs": [], "source": cell}],
                                                          "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
