@@ -280,7 +280,7 @@ def _job_flags(s, docs:dict, calibrate:bool=False):
     s.add_argument('--setup', action='append', dest='setup', metavar='LINE', help=f"{docs['setup']} (repeat)")
     s.add_argument('--extra', action='append', metavar='OPTION', help="a further sbatch option (repeat; e.g. --extra=--constraint=ib --extra=--exclusive)")
     if not calibrate: s.add_argument('--no-requeue', action='store_true', help="do not requeue when training stops with a checkpoint (exit 75)")
-    s.add_argument('--dry-run', action='store_true', help='every check a submit makes, then print the script instead of submitting it')
+    s.add_argument('--dry-run', action='store_true', help='every check a submit makes, and sbatch --test-only where a cluster answers; then print the script instead of submitting it')
 
 # %% ../nbs/11_cli.ipynb #cl38a
 def _calibrate_flags(c):
@@ -365,10 +365,19 @@ def _profiles_table(a) -> str:
     from chimera_nb.hardware import profiles_folder
     return f"{profiles_folder(a.profiles)}: {none}" if df.empty else df.to_string(index=False, float_format=lambda x: f"{x:.4g}")
 
+# %% ../nbs/11_cli.ipynb #2709dc61
+def _dry_run(job) -> int:
+    "Print the script a submit would send, after every check it makes and `sbatch --test-only` where a cluster answers; what was checked goes to stderr."
+    from chimera_nb.slurm import check_submission, cluster_check
+    script = check_submission(job)
+    said = cluster_check(script)   # a refusal raises: the caller prints SLURM's reason in one line
+    print(script, end=''); print(f"chimera-slurm: {said.message}", file=sys.stderr)
+    return 0
+
 # %% ../nbs/11_cli.ipynb #4e916837
 def slurm_main(argv=None) -> int:
     "The `chimera-slurm` command."
-    from chimera_nb.slurm import Job, SlurmError, check_submission, submit
+    from chimera_nb.slurm import Job, SlurmError, submit
     from chimera_nb.report import collect
     from chimera_nb.checkpoint import RunComplete
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -378,11 +387,11 @@ def slurm_main(argv=None) -> int:
     try:
         if a.cmd == 'submit':
             job = _job_from_args(a, train_argv)
-            if a.dry_run: print(check_submission(job), end=''); return 0   # every check of a submit, then the script
+            if a.dry_run: return _dry_run(job)   # every check of a submit and the cluster's own, then the script
             j = submit(job); print(f"submitted job {j.job_id}; run folder {j.run_dir}"); return 0
         if a.cmd == 'calibrate':
             job = _calibration_from_args(a)
-            if a.dry_run: print(check_submission(job), end=''); return 0
+            if a.dry_run: return _dry_run(job)
             j = submit(job); print(f"submitted calibration job {j.job_id}: profile {job.program[4]} into {job.program[2]}; run folder {j.run_dir}"); return 0
         if a.cmd in ('history', 'profiles'): print(_profiles_table(a)); return 0
         if a.cmd == 'collect':

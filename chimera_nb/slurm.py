@@ -6,7 +6,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/slurm.html.md"""
 
 # %% auto #0
 __all__ = ['CLUSTER_PRESETS', 'FINAL', 'FAILED', 'time_seconds', 'slurm_time', 'SlurmJob', 'preset', 'check_job', 'run_toml',
-           'render', 'SlurmError', 'check_submission', 'submit', 'TaskState', 'Job']
+           'render', 'SlurmError', 'check_submission', 'submit', 'ClusterCheck', 'cluster_check', 'TaskState', 'Job']
 
 # %% ../nbs/10_slurm.ipynb #3878f4b7
 import dataclasses, datetime, json, math, os, re, shlex, shutil, subprocess, sys, time
@@ -421,6 +421,31 @@ def submit(job:SlurmJob, # the job
     prev = json.loads((run / 'job.json').read_text()).get('history', []) if (run / 'job.json').exists() else []
     (run / 'job.json').write_text(json.dumps({**rec, 'history': prev + [job_id]}, indent=1, default=str))
     return Job(job_id, run)
+
+# %% ../nbs/10_slurm.ipynb #fef0243e
+class ClusterCheck(NamedTuple):
+    "What `sbatch --test-only` said of a script; `checked` is False where no controller could be asked."
+    checked: bool
+    message: str
+
+_UNREACHABLE = ('Unable to contact', 'configuration file', 'configuration source', 'Socket timed out', 'Connection refused', 'Zero Bytes', 'fetch_config')
+_REFUSED = ('submission failed', 'allocation failure', 'nvalid', 'not available', 'satisfied', 'exceed')   # SLURM's words for no
+
+def cluster_check(script:str, # a job script (as `check_submission` returns it)
+                  timeout:float=20, # seconds to wait for the controller's answer
+                  sbatch:str='sbatch' # the command
+                 ) -> ClusterCheck:
+    "Ask the cluster whether it would take `script`, submitting nothing; a refusal raises SlurmError with SLURM's reason."
+    exe = shutil.which(sbatch)
+    if exe is None: return ClusterCheck(False, f"no {sbatch} on this machine: checked against chimera_nb's rules only, not a cluster")
+    try: p = subprocess.run([exe, '--test-only'], input=script, capture_output=True, text=True, timeout=timeout, env=_submit_env())
+    except subprocess.TimeoutExpired:
+        return ClusterCheck(False, f"sbatch --test-only: no answer from the controller in {timeout:g} s: not checked against the cluster")
+    said = ' '.join((p.stderr + p.stdout).replace('sbatch: ', '').split())[:400]
+    if p.returncode == 0: return ClusterCheck(True, f"sbatch --test-only accepts it (nothing submitted): {said}")
+    if any(u in said for u in _UNREACHABLE) or not any(r in said for r in _REFUSED):
+        return ClusterCheck(False, f"sbatch --test-only could not ask a controller ({said[:160]}): not checked against the cluster")
+    raise SlurmError(f"sbatch --test-only refuses the job: {said}. Change the resource it names (--partition, --mem, --nodes, ...)")
 
 # %% ../nbs/10_slurm.ipynb #e71005af
 class TaskState(NamedTuple):

@@ -93,6 +93,7 @@ def test_slurm_calibrate_profiles_history(run, tmp_path, monkeypatch):
     from chimera_nb.profile import estimate_profile
     from chimera_nb.hardware import HARDWARE
     monkeypatch.setenv('CHIMERA_PROFILES', str(tmp_path))
+    monkeypatch.delenv('SLURM_CONF', raising=False)   # no cluster has hpg-turin here: the dry run checks our rules only
     r = run('slurm', 'calibrate', '--preset', 'hpg-turin', '--nodes', 2, '--model', 'gpt2-tiny', '--account', 'g', '--qos', 'g', '--dry-run')
     assert '#SBATCH --nodes=2' in r.stdout and '#SBATCH --gres=gpu:l4:3' in r.stdout
     assert f'-m chimera_nb.calibrate --profiles {tmp_path} --name hpg-turin-gpt2-tiny-float32 --sizes 1,2,4' in r.stdout

@@ -10,7 +10,7 @@ The jobs are submitted together at the start (they run side by side) and each te
 - cancel and see CANCELLED; errors: no sbatch, an unsatisfiable request (sbatch's own reason), an unknown partition.
 Run: .venv/bin/python -m pytest tests/test_slurm.py -q   (needs root and slurm-wlm + munge; skipped otherwise)
 """
-import dataclasses, json, os, subprocess, sys, time
+import dataclasses, json, os, re, subprocess, sys, time
 from pathlib import Path
 import pytest
 sys.path.insert(0, str(Path(__file__).parent))
@@ -208,7 +208,7 @@ def test_resubmitting_into_a_folder_with_checkpoints(jobs, cluster, tmp_path, ca
     with pytest.raises(ValueError, match="unknown text classification data 'reuters-r9'"):
         submit(_job(tmp_path, 'baddata', TC(**T, D=2, steps=2, task='classify', data='reuters-r9')))
     assert not (tmp_path / 'baddata').exists()   # refused before anything was written
-    assert cli(['submit', '--run-dir', str(tmp_path / 'ck'), '--dry-run', '--', '-D', '2', '--checkpoint-every', '10']) == 0
+    assert cli(['submit', '--run-dir', str(tmp_path / 'ck'), '--mem', '4gb', '--dry-run', '--', '-D', '2', '--checkpoint-every', '10']) == 0
 
 
 @pytest.mark.timeout(120)
@@ -227,6 +227,13 @@ def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
         submit(_job(tmp_path, 'toomany', train, gpus_per_node=8, gpu_type='fake', tasks_per_node=2, cpus_per_task=4))
     with pytest.raises(SlurmError, match=r"sbatch refused the job: .*[Pp]artition"):
         submit(_job(tmp_path, 'nopart', train, partition='nosuchpart'))
+    capsys.readouterr()
+    assert cli(['submit', '--run-dir', str(tmp_path / 'ok'), '--mem', '4gb', '--dry-run', '--', '--stages', '2']) == 0   # the dry run asks the controller
+    assert 'sbatch --test-only accepts it' in capsys.readouterr().err
+    for flags, reason in ((['--partition', 'nope'], '[Pp]artition'), (['--mem', '999gb'], 'node configuration is not available')):
+        assert cli(['submit', '--run-dir', str(tmp_path / 'dry'), *flags, '--dry-run', '--', '--stages', '2']) == 1, flags
+        out = capsys.readouterr()
+        assert re.search(f"sbatch --test-only refuses the job: .*{reason}", out.err) and out.err.count('\n') == 1 and not out.out, out
     monkeypatch.setenv('PATH', '/nonexistent')
     with pytest.raises(SlurmError, match="not a SLURM node.*render"):
         submit(_job(tmp_path, 'nosbatch', train))
@@ -235,7 +242,8 @@ def test_errors_quote_the_scheduler(cluster, tmp_path, monkeypatch, capsys):
     assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--', '--stages', '2']) == 1
     assert 'not a SLURM node' in capsys.readouterr().err
     assert cli(['submit', '--run-dir', str(tmp_path / 'cli'), '--dry-run', '--', '--stages', '2']) == 0  # rendering needs no SLURM
-    assert '#SBATCH --ntasks-per-node=2' in capsys.readouterr().out
+    out = capsys.readouterr()
+    assert '#SBATCH --ntasks-per-node=2' in out.out and "no sbatch on this machine: checked against chimera_nb's rules only" in out.err
 
 
 WATCH_JS = """() => { const gd = document.querySelector('.jp-OutputArea-output .js-plotly-plot');
