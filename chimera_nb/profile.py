@@ -173,13 +173,15 @@ def profile_layers(layers:Sequence[nn.Module], # the layers (or stages), in orde
                    loss_fn=None, # loss_fn(output, target) for the last layer (else the backward starts from ones)
                    target=None, # the target for loss_fn
                    repeats:int=3, # micro-batches timed per layer: that many forwards, then their backwards (the median of each)
-                   progress:bool=True, # a tqdm bar when profiling takes over a second
+                   progress:bool=True, # a tqdm bar when profiling takes over a second (in a terminal or a notebook: never into a log)
                    autocast:bool=False, # bf16 autocast, as the runtime's `autocast` (on CUDA; a CPU ignores it, as the runtime does)
                    split:bool=True, # also time the split backward's B and W (zero-bubble schedules); False: a third less work, and a model halves the backward for them
                    takes_grad:bool=False, # the first layer's input takes gradients too (a stage after the first, profiled alone)
                   ) -> list:
     "Measure every layer's time, saved activations and message sizes on one micro-batch (in order, on `sample`'s device)."
     from tqdm.auto import tqdm
+    import sys
+    progress = progress and (sys.stderr.isatty() or 'ipykernel' in sys.modules)   # a batch job's log gets no \r fragments
     x, out = sample, []
     amp = autocast and getattr(device_of(sample), 'type', None) == 'cuda'
     for i, layer in enumerate(tqdm(layers, desc='profiling', unit='layer', delay=1.0, leave=False, disable=not progress)):
