@@ -153,15 +153,15 @@ def _machine(device, hosts:list) -> dict:
                     nccl='.'.join(map(str, v)) if isinstance(v, tuple) else str(v))
 
 # %% ../nbs/10c_calibrate.ipynb #ba12569b
-def _calibrated(p:Profile, hosts:list, links:dict, device, name:str) -> Profile:
-    "`p` (the layers' medians) with the timed links, the hosts and GPU, its name and the date."
+def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32') -> Profile:
+    "`p` (the layers' medians) with the timed links, the hosts and GPU, its name, the dtype its runs train in (as timed: bf16 autocast on a GPU) and the date."
     near, ar, kw = links.get('p2p_intra') or links.get('p2p_inter'), links.get('allreduce'), {}
     if near: kw.update(p2p_latency=near.latency, p2p_bandwidth=near.bandwidth)
     if ar: kw.update(zip(('ar_alpha', 'ar_beta'), _alpha_beta(ar)))
     m = _machine(device, hosts) | dict(links={k: l._asdict() for k, l in links.items()})
     hw = next((h for k, h in HARDWARE.items() if re.search(rf'\b{re.escape(k)}\b', m['gpu'].lower())), None)
     backend = 'nccl' if device.type == 'cuda' else 'gloo'
-    return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name,
+    return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name, dtype=dtype,
                                machine=m, device=f"{p.device}, {backend} x{len(hosts)}", versions=dict(versions()),
                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -192,7 +192,7 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
                  **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
     if dist.get_rank(): return None
-    prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s))
+    prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype)
     _keep(prof, profiles_folder(profiles), out)
     return prof
 

@@ -8,7 +8,7 @@ Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 __all__ = ['Playground', 'app', 'app_notebook']
 
 # %% ../nbs/12_playground.ipynb #6af31083
-import html, re
+import html, os, re
 from pathlib import Path
 import ipywidgets as W, traitlets
 import plotly.graph_objects as go
@@ -26,9 +26,24 @@ from .viz import GLOSSARY, sig3, pct
 from .simulate import with_unit
 
 # %% ../nbs/12_playground.ipynb #pg38a
-def _hardware_options(current:str|None=None) -> list:
-    "(label, value) of every preset, then of every measured profile in the profiles folder ('measured: <name>'), and `current` if it is neither."
-    opts = [(k, k) for k in HARDWARE] + [(f"measured: {n}", n) for n in measured_profiles().name]
+def _profile_folders(extra=()) -> list:
+    "Where the app finds measured profiles, each once: folders calibrated into from it, then $CHIMERA_PROFILES, then ~/chimera-profiles."
+    from chimera_nb.hardware import profiles_folder
+    out = []
+    for f in (*extra, os.environ.get('CHIMERA_PROFILES'), '~/chimera-profiles'):
+        if f and profiles_folder(f) not in out: out.append(profiles_folder(f))
+    return out
+
+def _hardware_options(current:str|None=None, # the GPU choice now (kept, if it is no preset or listed profile)
+                      folders=(), # more profile folders (the ones calibrated into)
+                     ) -> list:
+    "(label, value) of every preset, then of every measured profile in `_profile_folders` ('measured: <name>'), and `current`."
+    from chimera_nb.hardware import profiles_folder
+    opts, home = [(k, k) for k in HARDWARE], profiles_folder()   # a name resolves in `home`; elsewhere the value is the file's path
+    for folder in _profile_folders(folders):
+        for name, path in measured_profiles(folder)[['name', 'path']].itertuples(index=False):
+            value, label = (name, f"measured: {name}") if folder == home else (path, f"measured: {name} ({folder})")
+            if value not in {v for _, v in opts}: opts.append((label, value))
     return opts + ([(f"measured: {current}", current)] if current and current not in {v for _, v in opts} else [])
 
 # %% ../nbs/12_playground.ipynb #d304dfec
@@ -68,6 +83,7 @@ class Playground(W.VBox):
         self.calibrate_button = W.Button(description='Calibrate…', tooltip="measure a partition for this model: a short SLURM job; the tuner ranks with its profile")
         self.actions = W.HBox([self.slurm_button, self.calibrate_button])   # other tools add their buttons here
         self.profile, self.micro_batch_sizes, self.tuning, self._callbacks, self.form = profile, tuple(micro_batch_sizes), None, [], None
+        self.profile_folders = []   # folders calibrated into from here: their profiles join the GPU list
         wrap = W.Layout(flex_flow='row wrap')
         super().__init__([W.HBox([self.model, self.hardware, self.gpus, self.batch, self.memory, self.host, self.zero, self.tune_button], layout=wrap),
                           self.message, self.table, W.HBox([self.choice, self.actions], layout=wrap), self.slurm_out,
@@ -133,9 +149,16 @@ from fastcore.basics import patch
 _CHOICES = 20   # configurations offered in the dropdown
 
 @patch
+def refresh_hardware(self:Playground):
+    "List the measured profiles there are now (a calibration's, once written) in the GPU choice; the choice kept."
+    v, opts = self.hardware.value, tuple(_hardware_options(self.hardware.value, self.profile_folders))
+    if tuple(self.hardware.options) != opts: self.hardware.options = opts; self.hardware.value = v
+
+@patch
 def tune(self:Playground):
     "Run the autotuner on the inputs; show the ranking (or why nothing fits) and choose the first."
     self.message.value = ''
+    self.refresh_hardware()   # a calibration may have written its profile since
     try:
         prof = self._base_profile()
         lim = self.memory.value * 2**30 if self.memory.value > 0 else None
@@ -293,8 +316,9 @@ def _show_calibrate(self:Playground):
         with out:
             out.clear_output()
             try: j = submit(job := self.calibration_job(nodes.value, profiles=folder.value)); print(f"submitted calibration job {j.job_id}: "
-                 f"profile {job.program[4]} into {job.program[2]} (Tune again once it is written); run folder {j.run_dir}")
-            except (ValueError, TypeError, SlurmError) as e: print(f"cannot calibrate: {e}")
+                 f"profile {job.program[4]} into {job.program[2]} (Tune again once it is written: the GPU list shows it); run folder {j.run_dir}")
+            except (ValueError, TypeError, SlurmError) as e: print(f"cannot calibrate: {e}"); return
+            if job.program[2] not in self.profile_folders: self.profile_folders.append(job.program[2])
     go_.on_click(submit_)
     with self.slurm_out: display(W.VBox([W.HTML(f"<b>Calibrate</b> {html.escape(self.model.value)} on the partition: layers, links and all-reduces, "
                                                  f"measured where the runs will run"), W.HBox([nodes, folder, go_]), out]))

@@ -418,7 +418,7 @@ def measured_profiles(folder=None, # the profiles folder (default: `hardware.pro
         try: p.check_use(model, gpu, max_age_days); why = ''
         except ValueError as e: why = str(e)
         age = _age_days(p)
-        rows.append(dict(name=p.name, model=p.model, dtype=p.dtype, B=p.micro_batch_size, gpu=_gpu_of(p), nodes=len(p.machine.get('hosts', [])) or None,
+        rows.append(dict(name=p.name, model=p.model, dtype=p.dtype, B=p.micro_batch_size, gpu=_gpu_of(p), nodes=len(set(p.machine.get('hosts', []))) or None,   # hosts: one per task
                          date=p.date, age_days=round(age, 1) if age is not None else None, refused=why, path=str(path)))
     return pd.DataFrame(rows, columns=['name', 'model', 'dtype', 'B', 'gpu', 'nodes', 'date', 'age_days', 'refused', 'path'])
 
