@@ -359,7 +359,8 @@ def _simulated(s, sp, ar, c, dp, sync):
     # all-reduces never delay compute in the program (issued after it, waited at the end), so the compute ends where it would
     # without them: equal to a third simulation without all-reduce, over 288 configurations of six schedules (2026-11-25)
     no_ar = max((e.end for e in full.events if e.kind in ('F', 'B', 'W')), default=full.makespan)
-    bare_span, bubble = _bare(s, _costs(s, sp, ar, c, p2p=False, reduce=False)) if c else (no_ar, full.bubble_ratio)
+    bare_span = _bare(s, _costs(s, sp, ar, c, p2p=False, reduce=False))[0] if c else no_ar
+    bubble = full.bubble_ratio   # the timeline's own idle share (message waits in it): the number the explorer shows for this run
     busy = sum(e.end - e.start for e in full.events if e.kind in ('F', 'B', 'W')) / s.num_ranks   # the mean rank's, in one pass
     bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
     return full.makespan, bubble, bd, float('nan'), float('nan')

@@ -162,10 +162,9 @@ def _legend(kind:str, pipe:int, pipes:int, prefix:str='') -> dict:
 
 # %% ../nbs/02_viz.ipynb #ea6322d5
 def _bar_marker(kind:str, pipe:int, mb:np.ndarray, labels:bool, style:str='solid') -> dict:
-    "Marker of a (pipe, kind) trace: four micro-batch shades (a numeric colour scale: ~50x faster to validate than colour strings)."
+    "Marker of a (pipe, kind) trace: one colour, its legend's (micro-batches are told apart by their labels, outlines and hover)."
     if style == 'outline': return dict(color='rgba(0,0,0,0)', line=dict(width=1.6, color=_bar_color('B' if kind == 'B' else 'W', pipe, 1)))
-    marker = dict(color=mb % 4, colorscale=[[i / 3, _bar_color(kind, pipe, i)] for i in range(4)], cmin=0, cmax=3, showscale=False,
-                  line=dict(width=0.6 if labels else 0, color='white'))
+    marker = dict(color=_bar_color(kind, pipe, 1), line=dict(width=0.6 if labels else 0, color='white'))
     if kind == 'W': marker['pattern'] = dict(shape='/', fgcolor='rgba(255,255,255,0.55)', size=6, solidity=0.25)
     return marker
 
@@ -338,7 +337,7 @@ def plot_timeline(timeline, labels:bool|None=None, # text on bars; None: up to _
                   title:str|None=None, height:int|None=None,
                   raster:bool|None=None, # summarised raster view; None: above _RASTER_LIMIT compute actions
                   theme:str='auto') -> go.Figure: # 'auto' (JupyterLab's theme when known), 'light' or 'dark'
-    "Gantt chart of `timeline`: one row per rank, one bar per action, coloured by pipe, shaded by micro-batch."
+    "Gantt chart of `timeline`: one row per rank, one bar per action, coloured by pipe and kind (as its legend)."
     if isinstance(timeline, Schedule) and costs is None: costs = Costs()
     tl = _as_timeline(timeline, 'plot_timeline', costs)
     if title is None: title = f"{_describe(tl, costs)} — {_headline(tl)}"
