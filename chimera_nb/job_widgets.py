@@ -19,7 +19,8 @@ from .checks import SpecError
 from .simulate import sig3
 from .slurm import CLUSTER_PRESETS, FINAL, SlurmJob, SlurmError, Job, check_job, check_submission, submit
 from .explore import PlotBox, show_with_hint
-from .report import read_metrics
+from .report import read_metrics, collect
+from .files import read_bounded
 
 # %% ../nbs/10d_job_widgets.ipynb #3e2e9749
 def _status_html(ts:list) -> str:
@@ -64,8 +65,9 @@ class JobWatch:
         self.job, self.lines, self._html = job, lines, html
         self.status, self.log, self.line = W.HTML(), W.HTML(), W.HTML('starting…')
         self.bar, self.total = W.IntProgress(min=0, max=1, description='steps'), _run_steps(job.run_dir)
-        self.fig = PlotBox(_watch_figure(read_metrics(job.run_dir)))
-        self.widget = W.VBox([self.status, W.HBox([self.bar, self.line], layout=W.Layout(flex_flow='row wrap')), self.fig, self.log])
+        self.fig, self.results, self.timeline = PlotBox(_watch_figure(read_metrics(job.run_dir))), W.HTML(), PlotBox()   # results: once it ends
+        self.widget = W.VBox([self.status, W.HBox([self.bar, self.line], layout=W.Layout(flex_flow='row wrap')), self.fig,
+                              self.results, self.timeline, self.log])
         self._stop, self.ended, self._state = threading.Event(), False, 'submitted'
         self.refresh()
         self._thread = threading.Thread(target=self._loop, args=(poll, max_poll), daemon=True); self._thread.start()
@@ -82,6 +84,7 @@ def refresh(self:JobWatch) -> bool:
     self.log.value = f"<pre style='font-size:11px'>{self._html.escape(self.job.log(self.lines))}</pre>"
     self.plot_metrics()
     self.ended = all(t.state in FINAL for t in ts)
+    if self.ended and not self.results.value: self.show_results()
     return self.ended
 
 @patch
@@ -97,6 +100,30 @@ def plot_metrics(self:JobWatch) -> int:
     self.bar.max, self.bar.value = max(1, self.total or done), done
     self.line.value = _progress_text(done, self.total, loss, self._state, measured, predicted)
     return self._seen
+
+# %% ../nbs/10d_job_widgets.ipynb #7bbd7051
+_FIGURE_BYTES = 64 << 20   # a timeline figure of a long pipeline is a few MB
+
+def _run_results(run_dir) -> tuple:
+    "(HTML of the collected table or a line saying there is none, the first task's timeline figure or None) of a run folder."
+    import plotly.io as pio
+    df = collect(run_dir)
+    if not len(df): return "<div>no finished task with a summary in the run folder (a failed or cancelled run writes none)</div>", None
+    fig, page = None, next((p for p in df.timeline.dropna() if Path(p).with_suffix('.json').is_file()), None)
+    if page:
+        try: fig = pio.from_json(read_bounded(Path(page).with_suffix('.json'), 'run timeline', _FIGURE_BYTES))
+        except (OSError, ValueError) as e: return f"<div>timeline figure unreadable ({html.escape(str(e))})</div>" + _table(df), None
+    return _table(df), fig
+
+def _table(df) -> str:
+    cols = [c for c in ('schedule', 'W', 'D', 'N', 'B', 'steps', 'samples_per_s', 'mean_step_s', 'predicted_step_s', 'final_loss', 'run') if c in df]
+    return "<b>results</b> (chimera-slurm collect)" + df[cols].to_html(index=False, float_format=lambda v: f"{sig3(v)}", border=0)
+
+@patch
+def show_results(self:JobWatch):
+    "Show the finished job's collected results and its measured timeline over the predicted one."
+    self.results.value, fig = _run_results(self.job.run_dir)
+    self.timeline.show(fig)
 
 # %% ../nbs/10d_job_widgets.ipynb #5ee2104a
 @patch

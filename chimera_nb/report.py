@@ -311,6 +311,11 @@ def _record(cfg:TrainConfig, out:dict, metrics) -> str|None:
     except OSError as e: warnings.warn(f"the prediction history {path} was not written: {e}"); return None
 
 # %% ../nbs/07_report.ipynb #eac35d85
+# JupyterLab shows an untrusted HTML file without its scripts: a blank page. This line stays there; a browser's script removes it.
+_UNTRUSTED = ("<p id='chimera-untrusted' style='font:14px sans-serif;color:#b00020'>Blank below? JupyterLab shows HTML files untrusted: "
+              "press Trust HTML in this tab's toolbar, or open the file in a browser tab. The job watch draws this timeline too.</p>"
+              "<script>document.getElementById('chimera-untrusted').remove()</script>")
+
 def _timeline_page(cfg, rt, path:Path, profile, clock:StepClock|None, out:dict) -> str:
     "The page beside the metrics: the step nearest the measured median over the predicted step, titled with the summary's numbers."
     from chimera_nb.viz import overlay, plot_timeline
@@ -322,7 +327,8 @@ def _timeline_page(cfg, rt, path:Path, profile, clock:StepClock|None, out:dict) 
         fig = overlay(pred, (clock and clock.nearest(out['measured_step_s'])) or tl,
                       title=f"{cfg.spec.label}: predicted {sig3(out['predicted_step_s'])} s vs measured {sig3(out['measured_step_s'])} s, "
                             f"the median of {n} steps ({out['prediction_error']:+.1%}); drawn: the step nearest it")
-    page = fig.to_html(include_plotlyjs=True, full_html=True).encode()   # written whole, a link there replaced
+    atomic_write(_timeline_path(path).with_suffix('.json'), lambda f: f.write(fig.to_json().encode()))   # what the job watch draws
+    page = fig.to_html(include_plotlyjs=True, full_html=True).replace('<body>', '<body>' + _UNTRUSTED, 1).encode()   # written whole, a link replaced
     return str(atomic_write(_timeline_path(path), lambda f: f.write(page)))
 
 def summarize(cfg, rt, log, times, total, losses, ev, profile, clock:StepClock|None=None, basis:_RunBasis|None=None) -> dict:
@@ -421,5 +427,6 @@ def collect(run_dir) -> 'pd.DataFrame':
         rows.append(dict(run=str(s.parent), spec_key=d.get('spec_key'), schedule=c.get('schedule'), D=c.get('D'), W=c.get('W'),
                          N=c.get('N'), B=c.get('B'), global_batch=c.get('W', 1) * c.get('N', 1) * c.get('B', 1),
                          steps=d.get('steps'), samples_per_s=d.get('samples_per_s'), mean_step_s=d.get('mean_step_s'),
-                         final_loss=d.get('final_loss'), eval_loss=d.get('final_eval_loss'), predicted_step_s=d.get('predicted_step_s')))
+                         final_loss=d.get('final_loss'), eval_loss=d.get('final_eval_loss'), predicted_step_s=d.get('predicted_step_s'),
+                         timeline=d.get('timeline_html')))   # its page; the figure beside it as .json
     return pd.DataFrame(rows)

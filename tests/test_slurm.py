@@ -268,6 +268,8 @@ def test_job_watch_in_jupyterlab_survives_reload_and_restart(cluster, lab, pages
     page, errors = pages.notebook(lab, 'watch.ipynb')
     run_all(page)
     before = wait_for(page, lambda p: p.evaluate(WATCH_JS), done, 120, 'the watch')
+    wait_for(page, lambda p: p.locator('.jp-OutputArea-output .js-plotly-plot').count(), lambda n: n == 2, 60, 'the run timeline under the watch')
+    assert 'chimera-slurm collect' in page.locator('.jp-OutputArea-output').first.inner_text()   # the collected results, in the app
     page.keyboard.press('Control+s')
     wait_for(page, lambda p: p.locator('.jp-mod-dirty').count(), lambda n: n == 0, 30, 'the save')
     screenshot(page, tmp_path, 'watch-1.png', full=False)
