@@ -21,6 +21,27 @@ from .store import atomic_write
 # %% ../nbs/10c_calibrate.ipynb #6dc89f54
 _NAME = r'[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}'   # a profile's name: its file is <name>.json in the profiles folder
 
+_MAX_SIZE = 1024   # examples per micro-batch a calibration times at most (--sizes 1 100000000 once tried to allocate 12.8 GB)
+
+def _checked_sizes(sizes) -> list:
+    "Two or more distinct micro-batch sizes from 1 to _MAX_SIZE, sorted; else a ValueError naming --sizes."
+    try: got = sorted({int(b) for b in (sizes.split(',') if isinstance(sizes, str) else sizes)})
+    except (TypeError, ValueError, OverflowError) as e: raise ValueError(f"--sizes must be whole numbers, got {sizes!r:.60}") from e
+    if len(got) < 2 or got[0] < 1 or got[-1] > _MAX_SIZE: raise ValueError(f"--sizes: give two or more micro-batch sizes from 1 to {_MAX_SIZE} to fit, got {got[:6]}")
+    return got
+
+def _checked_name(name) -> str:
+    "A profile name: its file is <name>.json in the profiles folder, so a path or an empty name is refused."
+    if not isinstance(name, str) or not re.fullmatch(_NAME, name): raise ValueError(f"profile name {name!r:.60}: use letters, digits and _ . + - (at most 100), no folder")
+    return name
+
+def _writable_folder(folder:Path) -> Path:
+    "`folder` if it is a folder this user can write into, or can be made; else a ValueError naming --profiles."
+    up = next((p for p in (folder, *folder.parents) if os.path.lexists(p)), Path('/'))
+    if not up.is_dir(): raise ValueError(f"profiles folder {folder}: {up} is not a folder: give a folder (--profiles)")
+    if not os.access(up, os.W_OK | os.X_OK): raise ValueError(f"profiles folder {folder} cannot be written here ({up} is not writable): give one you can write (--profiles)")
+    return folder
+
 def _profile_name(partition:str|None, spec:PipelineSpec) -> str:
     "The name a calibration is kept under: partition (or 'local'), model and dtype, e.g. hpg-b200-gpt2-64-bfloat16."
     m = Path(spec.model).name if spec.source == 'folder' else spec.model.split('/')[-1]
@@ -44,14 +65,13 @@ def calibration_job(which:str='generic', # a cluster preset (slurm.CLUSTER_PRESE
                    ) -> SlurmJob:
     "The checked SLURM job that calibrates partition `which` for `model`: render it, or `slurm.submit` it."
     if which not in CLUSTER_PRESETS: raise ValueError(f"unknown preset {which!r}: choose one of {', '.join(CLUSTER_PRESETS)}")
-    sizes = sorted({int(b) for b in sizes})
-    if len(sizes) < 2 or sizes[0] < 1: raise ValueError(f"give two or more micro-batch sizes >= 1 to fit, got {sizes}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1: raise ValueError(f"nodes must be a whole number >= 1, got {nodes!r}")
+    sizes = _checked_sizes(sizes)
     world = nodes * _tasks(which, nodes, changes)
     spec = PipelineSpec(model=model, dtype=dtype, seq_len=seq_len, schedule='1f1b', W=world, D=1, N=1, B=sizes[0])
     part = changes.get('partition', CLUSTER_PRESETS[which].get('partition'))
-    name = name or _profile_name(part, spec)
-    if not isinstance(name, str) or not re.fullmatch(_NAME, name): raise ValueError(f"profile name {name!r}: use letters, digits and _ . + - (at most 100)")
-    folder, stamp = profiles_folder(profiles), datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
+    name = _checked_name(_profile_name(part, spec) if name is None else name)
+    folder, stamp = _writable_folder(profiles_folder(profiles)), datetime.datetime.now().strftime('%Y%m%d-%H%M%S')
     changes = dict(dict(time='00:20:00', run_dir=str(folder / 'calibrations' / f'{name}-{stamp}'), name=f'calibrate-{name}'[:64]), **changes)
     prog = ('chimera_nb.calibrate', '--profiles', str(folder), '--name', name, '--sizes', ','.join(map(str, sizes)))
     return preset(which, TrainConfig(spec, steps=1, progress=False), nodes=nodes, program=prog, requeue=False, **changes)
@@ -204,11 +224,16 @@ def _main(argv=None) -> int:
     p.add_argument('--profiles', help='the profiles folder'); p.add_argument('--name', help="the profile's name")
     p.add_argument('--sizes', default='1,2,4', help='micro-batch sizes, comma-separated'); p.add_argument('--repeats', type=int, default=3)
     a = p.parse_args(argv)
-    try: cfg, sizes = TrainConfig.load(a.config), [int(x) for x in a.sizes.split(',')]
+    try:   # every check before a rank measures anything
+        cfg, sizes = TrainConfig.load(a.config), _checked_sizes(a.sizes)
+        if a.name is not None: _checked_name(a.name)
+        _writable_folder(profiles_folder(a.profiles))
     except ValueError as e: p.exit(2, f"chimera_nb.calibrate: error: {e}\n")
     from chimera_nb.launch import init_from_env
     import torch.distributed as dist
-    init_from_env()
+    try: init_from_env()
+    except (RuntimeError, ValueError, KeyError) as e:
+        p.exit(2, f"chimera_nb.calibrate: error: no launcher ({e}): run it under srun (chimera-slurm calibrate) or torchrun\n")
     try: prof = _run_calibration(cfg, sizes, a.profiles, a.name, a.out, a.repeats)
     finally: dist.destroy_process_group()
     if prof is not None: print(f"chimera_nb: calibrated {prof.name} on {', '.join(dict.fromkeys(prof.machine['hosts']))}: {profiles_folder(a.profiles) / prof.name}.json")

@@ -342,7 +342,7 @@ def _job_from_args(a, train_argv) -> 'SlurmJob':
 # %% ../nbs/11_cli.ipynb #cl38c
 def _calibration_from_args(a) -> 'SlurmJob':
     from chimera_nb.calibrate import calibration_job
-    return calibration_job(a.preset, a.model, a.nodes or 1, a.dtype, a.seq_len, a.sizes, a.profiles, a.profile_name, **_job_changes(a, skip=('nodes',)))
+    return calibration_job(a.preset, a.model, 1 if a.nodes is None else a.nodes, a.dtype, a.seq_len, a.sizes, a.profiles, a.profile_name, **_job_changes(a, skip=('nodes',)))
 
 def _csv_out(path:str|None) -> str|None:
     "A --csv path, checked before any work: its folder exists, and it is no folder itself."
@@ -363,7 +363,8 @@ def _profiles_table(a) -> str:
         df, none = measured_profiles(a.profiles, a.model, a.gpu).drop(columns='path'), "no measured profiles: calibrate one with chimera-slurm calibrate"
     if a.csv: df.to_csv(a.csv, index=False)
     from chimera_nb.hardware import profiles_folder
-    return f"{profiles_folder(a.profiles)}: {none}" if df.empty else df.to_string(index=False, float_format=lambda x: f"{x:.4g}")
+    skipped = df.attrs.get('skipped') and f"\n({df.attrs['skipped']} line(s) of the history are no run's record: skipped)"
+    return (f"{profiles_folder(a.profiles)}: {none}" if df.empty else df.to_string(index=False, float_format=lambda x: f"{x:.4g}")) + (skipped or '')
 
 # %% ../nbs/11_cli.ipynb #2709dc61
 def _dry_run(job) -> int:

@@ -8,9 +8,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 __all__ = ['Playground', 'app', 'app_notebook']
 
 # %% ../nbs/12_playground.ipynb #6af31083
-import html, os, re
+import html, os, re, stat, warnings
 from pathlib import Path
 import ipywidgets as W, traitlets
+from .store import atomic_write
+from .checks import check_number
 import plotly.graph_objects as go
 from .autotune import autotune
 from .spec import PipelineSpec, TrainConfig
@@ -49,6 +51,14 @@ def _hardware_options(current:str|None=None, # the GPU choice now (kept, if it i
 # %% ../nbs/12_playground.ipynb #d304dfec
 _MODELS = [k for k, p in PRESETS.items() if p.family in ('bert', 'gpt2', 'llama')]   # the presets `estimate_profile` knows
 
+def _check_inputs(model, hardware, gpus, global_batch, memory_gib, host_gib):
+    "The app's inputs as the spec checks them, else a one-line SpecError or ValueError naming the argument and what it takes."
+    if not isinstance(model, str) or model not in _MODELS: raise ValueError(f"model {model!r:.60}: choose one of {', '.join(_MODELS)}")
+    if not isinstance(hardware, str) or not (hardware in HARDWARE or hardware.endswith('.json') or hardware in measured_profiles().name.tolist()):
+        raise ValueError(f"hardware {hardware!r:.60}: choose a GPU preset ({', '.join(HARDWARE)}), a measured profile's name or a .json path")
+    check_number('gpus', gpus, int, lo=1, hi=65536); check_number('global_batch', global_batch, int, lo=1, hi=10**7)
+    for what, v in (('memory_gib', memory_gib), ('host_gib', host_gib)): check_number(what, v, float, lo=0, hi=1e6, none=True)
+
 def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None, host_gib:float|None=None) -> dict:
     "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, host memory per node, optimizer state sharded or not, and the Tune button."
     st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)
@@ -73,6 +83,7 @@ class Playground(W.VBox):
     def __init__(self, model:str='bert-48', hardware:str='b200', gpus:int=8, global_batch:int=128, memory_gib:float|None=None,
                  micro_batch_sizes=(1, 2, 4, 8, 16), profile:Profile|None=None,
                  host_gib:float|None=None):   # host memory a node (None: the GPU preset's node)
+        _check_inputs(model, hardware, gpus, global_batch, memory_gib, host_gib)   # the widgets would clip and round them in silence
         for k, w in _inputs(model, hardware, gpus, global_batch, memory_gib, host_gib).items(): setattr(self, k, w)
         self.message = W.HTML()
         self.table, self.details = (W.HTML(layout=W.Layout(max_width='100%', overflow='auto')) for _ in range(2))   # wide tables scroll inside the notebook
@@ -331,7 +342,7 @@ def app(model:str='bert-48', # a model preset (`catalog.PRESETS`): bert-*, gpt2-
         **kw, # the rest of `Playground`'s arguments: memory_gib, micro_batch_sizes, profile
        ) -> Playground:
     "The whole app in one call: a `Playground` on these inputs, tuned, its first choice drawn."
-    pg = Playground(model, hardware, gpus, global_batch, **kw)
+    pg = Playground(model, hardware, gpus, global_batch, **kw)   # checked there: nothing coerced
     pg.tune()
     return pg
 
@@ -351,10 +362,15 @@ def app_notebook(path='chimera-playground.ipynb', # the notebook to write (a fol
     import nbformat
     p = Path(path); p = p / 'chimera-playground.ipynb' if p.is_dir() else p
     if p.suffix != '.ipynb': raise ValueError(f"{p}: a notebook's name ends in .ipynb; give e.g. {p.with_suffix('.ipynb')}")
-    if p.exists() and not overwrite: return p
+    if os.path.lexists(p):
+        if not stat.S_ISREG(mode := os.lstat(p).st_mode):
+            what = 'a symbolic link' if stat.S_ISLNK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'no regular file'
+            raise ValueError(f"{p} is {what}: not written; give the path of a new notebook or of a notebook file")
+        if not overwrite: return p
+        warnings.warn(f"app_notebook: replacing {p} (overwrite=True): its cells and outputs are gone")
     make = dict(markdown=nbformat.v4.new_markdown_cell, code=nbformat.v4.new_code_cell)
     nb = nbformat.v4.new_notebook(cells=[make[k](s) for k, s in _APP_CELLS],
                                   metadata=dict(kernelspec=dict(name='python3', display_name='Python 3', language='python')))
     p.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, p)
-    return p
+    text = nbformat.writes(nb).encode()
+    return atomic_write(p, lambda f: f.write(text))   # a temporary file beside it, then a rename: never half a notebook

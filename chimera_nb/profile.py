@@ -22,6 +22,7 @@ from .balance import balance
 from .catalog import PRESETS
 from .hardware import Hardware, HARDWARE, check_hardware, profiles_folder
 from .checks import check_number, SpecError
+from .spec import DTYPES
 from .files import parse_dict, read_bounded
 
 # %% ../nbs/02c_profile.ipynb #2f58942b
@@ -218,6 +219,7 @@ def _checked_layers(model:str, layers:list) -> list:
         if not isinstance(l.name, str): raise ValueError(f"profile of {model}: layer {i}'s name must be text, got {type(l.name).__name__}")
         for k in ('params', 'forward_s', 'backward_s', 'saved_bytes', 'param_bytes', 'in_bytes', 'out_bytes', 'peak_bytes', 'input_grad_s', 'weight_grad_s'):
             check_number(f"layer {l.name}: {k}", getattr(l, k), float, lo=0)
+        check_number(f"layer {l.name}: w_keep", l.w_keep, float, lo=0, hi=1)   # a share of saved_bytes
     if not sum(l.forward_s + l.backward_s for l in layers) > 0:
         raise ValueError(f"profile of {model}: every layer takes 0 s, so no time can be predicted: profile the layers, or estimate them")
     return layers
@@ -241,7 +243,12 @@ def _check_fields(p):
     if not isinstance(p.comm_overlaps, bool): raise ValueError(f"profile: comm_overlaps must be true or false, got {repr(p.comm_overlaps)[:40]}")
     for k in ('versions', 'machine'):
         if not isinstance(getattr(p, k), dict): raise ValueError(f"profile: {k} must be a table of name: value, got {type(getattr(p, k)).__name__}")
-    check_number('seq_len', p.seq_len, int, lo=0)
+    check_number('seq_len', p.seq_len, int, lo=0, hi=1 << 24)
+    if p.dtype not in DTYPES: raise ValueError(f"profile: dtype {repr(p.dtype)[:40]} is not one the package trains in: one of {', '.join(DTYPES)}")
+    for k in ('gpu', 'partition', 'driver'):
+        if not isinstance(p.machine.get(k, ''), str): raise ValueError(f"profile: machine.{k} must be text, got {repr(p.machine[k])[:40]}")
+    if not isinstance(hosts := p.machine.get('hosts', []), list) or not all(isinstance(h, str) for h in hosts):
+        raise ValueError(f"profile: machine.hosts must be a list of host names, got {repr(hosts)[:40]}")
 
 # %% ../nbs/02c_profile.ipynb #426fc6f8
 @dataclass
@@ -273,9 +280,9 @@ class Profile:
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
-        self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1)
-        for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0))
-        for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1))
+        self.micro_batch_size = check_number('micro_batch_size', self.micro_batch_size, int, lo=1, hi=1 << 20)
+        for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0, hi=60))   # s (per byte: β)
+        for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1, hi=4096))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         for n in ('memory_bytes', 'host_memory_bytes'): check_number(n, getattr(self, n), float, lo=0, open_lo=True, finite=False)   # inf: no limit
         self.ties = _checked_ties(self.ties, len(self.layers))
@@ -354,14 +361,13 @@ _NAME = r'[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}'   # a profile's name: spec._PROFILE
 def named(cls:Profile, hardware:str, # a measured profile's name in the profiles folder, or a .json path
           folder=None, # the profiles folder (default: `hardware.profiles_folder()`)
          ) -> Profile:
-    "The measured profile `hardware` names (read bounded), its `name` set to the file's."
+    "The measured profile `hardware` names (read bounded), its `name` the file's."
     if not isinstance(hardware, str) or not (hardware.endswith('.json') or re.fullmatch(_NAME, hardware)):
         raise SpecError(f"hardware {hardware!r} names no measured profile: give a name from `measured_profiles()` or a .json path")
     path = Path(os.path.expanduser(hardware)) if hardware.endswith('.json') else profiles_folder(folder) / f'{hardware}.json'
     if not os.path.lexists(path):   # one that exists but is no regular file: the bounded reader names what it is
         raise SpecError(f"hardware {hardware!r}: no measured profile at {str(path)!r}: calibrate one with `chimera-slurm calibrate`, or list them with `measured_profiles()`")
-    p = cls.load(path)
-    return p if p.name else dataclasses.replace(p, name=path.stem)
+    return dataclasses.replace(cls.load(path), name=path.stem)   # the file's name: what a spec names it by (the JSON's may differ)
 
 # %% ../nbs/02c_profile.ipynb #pr38b
 def _gpu_of(p:Profile) -> str:
@@ -400,6 +406,8 @@ def check_use(self:Profile, model:str|None=None, # the run's model
     if gpu is not None and not _same_gpu(_gpu_of(self), gpu):
         raise ValueError(f"{what} was measured on {_gpu_of(self)!r}, not on {gpu!r}: calibrate this partition (chimera-slurm calibrate --preset ...)")
     age, limit = _age_days(self, now), _max_age(max_age_days)
+    if age is not None and age < -1:   # a day of clock skew allowed
+        raise ValueError(f"{what} is dated in the future ({self.date}): its date is wrong; calibrate again")
     if age is None or age > limit:
         raise ValueError(f"{what} is stale: measured {f'{age:.0f} days ago' if age is not None else 'at no readable date'} ({self.date or '-'}), "
                          f"the limit is {limit:g} days: calibrate again, or raise the limit (CHIMERA_PROFILE_MAX_AGE_DAYS)")

@@ -362,19 +362,23 @@ class RunLog(typing.NamedTuple):
     @property
     def measured_step_s(self) -> float|None:
         "The measured step: the summary's once the run ends, while it runs the median pipeline span from the second step on."
-        if 'measured_step_s' in self.summary: return self.summary['measured_step_s']
+        if 'measured_step_s' in self.summary:   # a number or nothing: a summary is a file anyone may have edited
+            v = self.summary['measured_step_s']
+            return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
         spans = self.steps['pipeline_s'].dropna().tolist() if 'pipeline_s' in self.steps else []
         return statistics.median(spans[1:] or spans) if spans else None
+
+_METRICS_BYTES = 1 << 30   # a million steps of per-rank metrics
 
 def read_run(metrics) -> RunLog:
     "The run whose metrics (JSON lines) are at `metrics`."
     import pandas as pd
     path = Path(metrics)
-    if not path.is_file(): raise ValueError(f"no metrics file at {str(path)!r}: pass the --metrics path of a run")
-    recs, lines = [], path.read_text().splitlines()
+    if not os.path.lexists(path): raise ValueError(f"no metrics file at {str(path)!r}: pass the --metrics path of a run")
+    recs, lines = [], read_bounded(path, 'metrics file', _METRICS_BYTES).splitlines()
     for i, line in enumerate(lines):
         try: recs.append(json.loads(line))
-        except json.JSONDecodeError as e:
+        except (json.JSONDecodeError, RecursionError) as e:
             if i < len(lines) - 1: raise ValueError(f"{path}: line {i + 1} is not JSON") from e
     steps = pd.DataFrame([r for r in recs if 'event' not in r])
     if len(steps): steps = steps.drop_duplicates('step', keep='last').sort_values('step').reset_index(drop=True)
@@ -386,22 +390,31 @@ def read_run(metrics) -> RunLog:
 # %% ../nbs/07_report.ipynb #149646ef
 _HISTORY_BYTES = 64 << 20   # about 100,000 runs
 
+def _history_line(r) -> bool:
+    "Whether a parsed history line is a run's record: a profile's name, and finite numbers for the error and the steps."
+    real = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return (isinstance(r, dict) and isinstance(r.get('profile'), str) and real(r.get('error'))
+            and all(real(r[k]) for k in ('predicted_step_s', 'measured_step_s', 'stage_error') if r.get(k) is not None))
+
 def prediction_history(profiles=None, # the profiles folder (default: `hardware.profiles_folder()`), or a history.jsonl
                        by_profile:bool=False, # one row per profile instead of one per run
                       ) -> 'pd.DataFrame':
     "Every run predicted from a measured profile: its predicted and measured step and the error (or per profile, the errors' summary)."
     import pandas as pd
     p = Path(os.path.expanduser(str(profiles))) if str(profiles or '').endswith('.jsonl') else profiles_folder(profiles) / 'history.jsonl'
-    recs = []
-    for line in (read_bounded(p, 'prediction history', _HISTORY_BYTES).splitlines() if p.is_file() else []):
-        with contextlib.suppress(ValueError):   # a line cut off by a crash is skipped
-            if isinstance(r := json.loads(line), dict) and isinstance(r.get('error'), (int, float)): recs.append(r)
+    recs, lines = [], (read_bounded(p, 'prediction history', _HISTORY_BYTES).splitlines() if os.path.lexists(p) else [])
+    for line in lines:
+        try: r = json.loads(line)
+        except (ValueError, RecursionError): continue   # a line cut off by a crash, or not JSON: counted below
+        if _history_line(r): recs.append(r)
     df = pd.DataFrame(recs, columns=list(dict.fromkeys(['date', 'profile', 'label', 'model', 'W', 'D', 'B', 'N', 'predicted_step_s', 'measured_step_s',
                                                         'error', 'stage_error', 'profile_date', 'run', *(k for r in recs for k in r)])))
+    df.attrs['skipped'] = sum(1 for l in lines if l.strip()) - len(recs)   # said by `chimera-slurm history`
     if not by_profile: return df
     g = df.assign(abs_error=df.error.abs(), abs_stage=df.stage_error.abs()).groupby('profile', sort=True)
-    return pd.DataFrame(dict(runs=g.size(), mean_error=g.error.mean(), mean_abs_error=g.abs_error.mean(), worst_abs_error=g.abs_error.max(),
+    out = pd.DataFrame(dict(runs=g.size(), mean_error=g.error.mean(), mean_abs_error=g.abs_error.mean(), worst_abs_error=g.abs_error.max(),
                              mean_abs_stage_error=g.abs_stage.mean(), last_run=g.date.max())).reset_index()
+    out.attrs = dict(df.attrs); return out
 
 # %% ../nbs/07_report.ipynb #d0929acb
 def read_metrics(run_dir) -> 'pd.DataFrame':

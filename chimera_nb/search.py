@@ -92,9 +92,14 @@ class _Problem:
 # %% ../nbs/01a_search.ipynb #3ecaa0b5
 def _keeps(w_keeps, stages:int) -> tuple:
     "Per stage, the part W keeps: a scalar for all, or a list (one per D ranks' stages or per stage), each in [0, 1]."
-    v = (float(w_keeps),) if isinstance(w_keeps, numbers.Real) else tuple(float(x) for x in w_keeps)
-    if not v or stages % len(v) or any(not 0 <= x <= 1 for x in v):
-        raise SpecError(f"w_keeps must be a fraction in [0, 1], or one per rank or stage ({stages} stages), got {repr(w_keeps)[:60]}")
+    bad = SpecError(f"w_keeps must be a fraction in [0, 1], or a list of them, one per rank or stage ({stages} stages), got {repr(w_keeps)[:60]}")
+    if isinstance(w_keeps, (str, bytes, dict, set)): raise bad   # a string is not read character by character, nor a dict by its keys
+    try: items = (w_keeps,) if isinstance(w_keeps, numbers.Real) else tuple(w_keeps)
+    except TypeError as e: raise bad from e
+    if not items or any(isinstance(x, bool) or not isinstance(x, numbers.Real) for x in items): raise bad
+    try: v = tuple(float(x) for x in items)
+    except OverflowError as e: raise bad from e   # 10**400
+    if stages % len(v) or any(not 0 <= x <= 1 for x in v): raise bad   # NaN too
     return tuple(x for x in v for _ in range(stages // len(v)))
 
 # %% ../nbs/01a_search.ipynb #3850509f

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from tiers import examples   # the Hypothesis profile: fewer examples in make test, all in make test-all
 from chimera_nb.checks import SpecError
 from chimera_nb.files import load_dict, parse_dict, read_bounded
-from chimera_nb.spec import PipelineSpec, TrainConfig
+from chimera_nb.spec import PipelineSpec, TrainConfig, DTYPES
 from chimera_nb.cli import parse_config, read_order, train_main, main
 from chimera_nb.schedules import make_schedule
 
@@ -161,7 +161,25 @@ def test_any_profile_json_loads_or_is_one_value_error(d):
                 backward_s=2.0, saved_bytes=0, in_bytes=0, out_bytes=0)])
     try: p = Profile.from_json(json.dumps({**base, **d}))
     except ValueError as e: assert '\n' not in str(e) and len(str(e)) < 400, str(e)
-    else: assert Profile.from_json(p.to_json()) == p
+    else:
+        assert Profile.from_json(p.to_json()) == p
+        assert p.dtype in DTYPES and p.micro_batch_size <= 1 << 20 and max(p.ar_alpha, p.ar_beta, p.p2p_latency) <= 60, p   # in range
+        assert all(0 <= l.w_keep <= 1 for l in p.layers) and isinstance(p.machine.get('gpu', ''), str), p
+
+
+_history_key = st.sampled_from(['profile', 'error', 'predicted_step_s', 'measured_step_s', 'stage_error', 'date', 'label'])
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
+@given(lines=st.lists(st.one_of(st.text(max_size=40), st.dictionaries(_history_key, _junk, max_size=7).map(json.dumps),
+                          st.dictionaries(_history_key, st.one_of(st.text(max_size=3), st.floats(-2, 2)), max_size=7).map(json.dumps)), max_size=8))
+def test_any_history_line_is_a_run_or_skipped_and_counted(lines, tmp_path_factory):
+    "`chimera-slurm history` over any lines: a run's record counts, anything else is skipped and counted; never a traceback, never NaN or inf."
+    from chimera_nb.report import prediction_history
+    d = tmp_path_factory.mktemp('history'); text = '\n'.join(lines) + '\n'
+    (d / 'history.jsonl').write_text(text)
+    runs, per = prediction_history(d), prediction_history(d, by_profile=True)
+    assert all(isinstance(v, (int, float)) and math.isfinite(v) for v in runs.error) and all(isinstance(v, str) for v in runs.profile)
+    assert len(runs) + runs.attrs['skipped'] == sum(1 for l in text.splitlines() if l.strip()) and per.runs.sum() == len(runs)
 
 
 @settings(max_examples=examples(25), deadline=None, suppress_health_check=list(HealthCheck))
