@@ -76,7 +76,10 @@ def _open_in(d:Path, # a checkpoint's step folder
 def _read_in(d:Path, name:str, size:int|None=None) -> bytes:
     "The bytes of `name` in `d` (`_open_in`): exactly `size` of them, or (None) at most `_MAX_MANIFEST`; ValueError when not."
     limit = _MAX_MANIFEST if size is None else size
-    with _open_in(d, name) as f: data = f.read(limit + 1)   # never more than a byte past what may be there
+    with _open_in(d, name) as f:
+        on_disk = os.fstat(f.fileno()).st_size   # a manifest may declare any size (10**18 once made rank 0 die of a MemoryError)
+        if size is not None and on_disk != size: raise ValueError(f"{name} is damaged ({on_disk:,} bytes where {size:,} were written)")
+        data = f.read(min(limit, on_disk) + 1)   # never more than a byte past what may be there
     got = f"more than {limit:,}" if len(data) > limit else f"{len(data):,}"
     if size is None and len(data) > limit: raise ValueError(f"{name} has {got} bytes, more than a manifest may have")
     if size is not None and len(data) != size: raise ValueError(f"{name} is damaged ({got} bytes where {size:,} were written)")

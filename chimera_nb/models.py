@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from .partition import Stage, partition, Partition
-from .catalog import Preset, PRESETS, TASKS, FAMILY_OF_TYPE   # beside the spec, which checks D and seq_len against them without torch
+from .catalog import Preset, PRESETS, TASKS, FAMILY_OF_TYPE, check_model_config   # beside the spec, which checks D and seq_len against them without torch
 from .checks import check_number
 from .files import load_dict
 from .weights import PretrainedWeights
@@ -267,14 +267,14 @@ _DROPOUTS = {'bert': ('hidden_dropout_prob', 'attention_probs_dropout_prob'), 'g
 def _source(model) -> tuple:
     "(family, config dict, folder of saved weights or None, seq_len) of a preset name or a saved model's path / hub name."
     if isinstance(model, os.PathLike): model = os.fspath(model)
-    if isinstance(model, dict) and model.get('model_type') in FAMILY_OF_TYPE: return FAMILY_OF_TYPE[model['model_type']], model, None, 0   # a config's to_dict()
+    if isinstance(model, dict) and model.get('model_type') in FAMILY_OF_TYPE: return FAMILY_OF_TYPE[model['model_type']], check_model_config(model), None, 0   # a config's to_dict()
     if not isinstance(model, str): raise TypeError(f"model must be a preset name, a path or a transformers config's dict, got {type(model).__name__}")
     if model in PRESETS: return PRESETS[model].family, PRESETS[model].config, None, PRESETS[model].seq_len
     if not (os.path.isdir(model) or '/' in model):
         raise ValueError(f"unknown model {model!r}: choose a preset ({', '.join(PRESETS)}) or give a folder with a saved model")
     family = family_of(model)   # a hub name's config is read before its weights are fetched
     folder = _local_folder(model)
-    return family, load_dict(os.path.join(folder, 'config.json'), 'model config'), folder, 0
+    return family, check_model_config(load_dict(os.path.join(folder, 'config.json'), 'model config'), f"model {model!r}"), folder, 0
 
 # %% ../nbs/04_models.ipynb #e0f01aba
 def build(model:str='bert-tiny', # a preset name, a path (or hub name) of a saved BERT / GPT-2 / Llama / Qwen2 / Mistral, or a config's dict

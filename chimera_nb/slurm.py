@@ -157,6 +157,8 @@ def _check_model(spec:PipelineSpec):
         raise ValueError(f"model folder {spec.model!r} holds {c!r}, a control character or a byte that is not UTF-8: rename the folder")
 
 # %% ../nbs/10_slurm.ipynb #8401274e
+_MAX_ENV = 32 << 10   # characters of one env value (Linux allows 128 KiB a string, 2 MiB for all of them with the arguments)
+
 def _check_strings(job):
     _check_value('name', job.name, 'name'); _check_value('run_dir', str(job.run_dir), 'path'); _check_value('python', job.python, 'path')
     for n in ('partition', 'account', 'qos', 'gpu_type'):
@@ -168,7 +170,8 @@ def _check_strings(job):
     if not isinstance(job.env, dict): raise TypeError(f"env must be a dict of name: value, got {type(job.env).__name__}")
     for k, v in job.env.items():
         _check_value('env name', k, 'env')
-        if not isinstance(v, str) or _bad_char(v, '\n\0'): raise ValueError(f"env {k}: a one-line string of text, got {v!r}: leave out newlines and NUL")
+        if not isinstance(v, str) or _bad_char(v, '\n\0'): raise ValueError(f"env {k}: a one-line string of text, got {v!r:.60}: leave out newlines and NUL")
+        if len(v) > _MAX_ENV: raise ValueError(f"env {k}: {len(v):,} characters, more than {_MAX_ENV:,} (a longer value makes every command in the job fail, 'Argument list too long'): put it in a file and pass its path")
     for line in job.setup:
         if not isinstance(line, str) or _bad_char(line):
             raise ValueError(f"setup lines are one line each (no newlines), got {line!r}: give each line as its own string")

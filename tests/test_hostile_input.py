@@ -239,3 +239,24 @@ def test_chimera_nb_infer_without_a_launcher_says_how(capsys, monkeypatch):
     assert main(['infer']) == 2
     err = capsys.readouterr().err
     assert err.count('\n') == 1 and 'add --local' in err and 'Traceback' not in err
+
+
+_config_key = st.sampled_from(['num_hidden_layers', 'hidden_size', 'num_attention_heads', 'num_key_value_heads', 'head_dim', 'intermediate_size',
+                               'vocab_size', 'max_position_embeddings', 'rope_theta', 'rope_scaling', 'tie_word_embeddings', 'layer_types',
+                               'sliding_window', 'attention_bias'])
+_config_value = st.one_of(_junk, st.integers(-3, 70), st.sampled_from([{'rope_type': 'yarn'}, {'rope_type': 'linear', 'factor': 2.0},
+                                                                           {'type': 'dynamic', 'factor': 0}, ['full_attention'] * 2, 'false']))
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@given(change=st.dictionaries(_config_key, _config_value, max_size=4))
+def test_any_model_config_is_refused_where_the_spec_is_made_or_builds(change, tmp_path_factory):
+    "A saved Llama folder's config.json with any values: the spec refuses it in one line, or the model builds (its shapes, on the meta device)."
+    from chimera_nb.models import build
+    d = tmp_path_factory.mktemp('model')
+    base = dict(model_type='llama', num_hidden_layers=2, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128,
+                vocab_size=1000, max_position_embeddings=256)
+    (d / 'config.json').write_text(json.dumps({**base, **change}))
+    try: PipelineSpec(model=str(d), D=2, seq_len=8)
+    except (SpecError, ValueError) as e: assert '\n' not in str(e) and len(str(e)) < 400, str(e); return
+    assert len(build({**base, **change}, device='meta').layers) >= 3   # accepted: transformers builds its shapes (no ZeroDivisionError, KeyError, ...)
