@@ -73,6 +73,7 @@ _CONFIG_INTS = {'num_hidden_layers': 4096, 'n_layer': 4096, 'hidden_size': 1 << 
 _CONFIG_BOOLS = ('tie_word_embeddings', 'use_sliding_window', 'attention_bias', 'mlp_bias', 'is_decoder', 'add_cross_attention', 'scale_attn_weights')
 _ROPE_NEEDS = {'default': (), 'linear': ('factor',), 'dynamic': ('factor',), 'yarn': ('factor',), 'longrope': ('short_factor', 'long_factor'),
                'llama3': ('factor', 'low_freq_factor', 'high_freq_factor', 'original_max_position_embeddings')}
+_CONFIG_NULLABLE = ('n_inner', 'head_dim', 'sliding_window', 'num_key_value_heads')   # null: the family's default (4h, h/heads, none, heads)
 _MAX_PARAMS = 10**13   # 40 TB of float32 weights: beyond any cluster a config could be meant for
 
 # %% ../nbs/00b_catalog.ipynb #b66f2ac2
@@ -94,6 +95,8 @@ def check_model_config(c:dict, # a config.json's table (BERT, GPT-2 or a Llama f
                        where:str='model config', # the folder, for the messages
                       ) -> dict:
     "`c` if every field a family reads is of its type and in range; else a one-line SpecError naming the field and the fix."
+    if bad := next((k for k, v in c.items() if v is None and (k in _CONFIG_INTS or k == 'rope_theta') and k not in _CONFIG_NULLABLE), None):
+        raise SpecError(f"{where}: config.json {bad} is null: give its number (or leave the key out for the family's default)")
     for k, hi in _CONFIG_INTS.items():
         if c.get(k) is not None: check_number(f"{where}: config.json {k}", c[k], int, lo=1, hi=hi)
     if bad := next((k for k in _CONFIG_BOOLS if k in c and not isinstance(c[k], bool)), None):
@@ -101,7 +104,9 @@ def check_model_config(c:dict, # a config.json's table (BERT, GPT-2 or a Llama f
     L, h = c.get('num_hidden_layers', c.get('n_layer')) or 1, c.get('hidden_size', c.get('n_embd')) or 1
     heads, kv = c.get('num_attention_heads', c.get('n_head')), c.get('num_key_value_heads')
     if heads and kv and heads % kv: raise SpecError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv}: fix one of them")
-    if heads and c.get('head_dim') is None and h % heads: raise SpecError(f"{where}: hidden_size {h} is not a multiple of num_attention_heads {heads}: set head_dim, or fix them")
+    if heads and h % heads: raise SpecError(f"{where}: hidden_size {h} is not a multiple of num_attention_heads {heads}: fix one of them (transformers checks it, head_dim or not)")
+    if FAMILY_OF_TYPE.get(c.get('model_type')) == 'llama' and heads and (c.get('head_dim') or h // heads) % 2:
+        raise SpecError(f"{where}: head_dim {c.get('head_dim') or h // heads} is odd: rotary embeddings turn pairs of dimensions, give an even head_dim")
     _check_rope(c, f"{where}: config.json")
     kinds = c.get('layer_types')
     if kinds is not None and not (isinstance(kinds, list) and len(kinds) >= L and set(kinds) <= {'full_attention', 'sliding_attention'}):

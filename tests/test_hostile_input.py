@@ -248,7 +248,7 @@ _config_value = st.one_of(_junk, st.integers(-3, 70), st.sampled_from([{'rope_ty
                                                                            {'type': 'dynamic', 'factor': 0}, ['full_attention'] * 2, 'false']))
 
 
-@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=list(HealthCheck))
 @given(change=st.dictionaries(_config_key, _config_value, max_size=4))
 def test_any_model_config_is_refused_where_the_spec_is_made_or_builds(change, tmp_path_factory):
     "A saved Llama folder's config.json with any values: the spec refuses it in one line, or the model builds (its shapes, on the meta device)."
