@@ -153,12 +153,18 @@ def _hover(kind:str, pname:str, prefix:str='', unit:str='cost units') -> str:
             f"<br>start %{{customdata[2]:.3g}} · end %{{customdata[3]:.3g}} · %{{customdata[4]:.3g}} long ({unit})<extra></extra>")
 
 def _legend(kind:str, pipe:int, pipes:int, prefix:str='') -> dict:
-    "Legend entry of a (pipe, kind) trace: grouped by pipe (titled by direction) up to 4 pipes, else by kind."
+    "Legend entry of a (pipe, kind) trace: grouped by pipe (titled by direction) up to 4 pipes, else by kind (a `_kind_key` each)."
     if pipes <= 1: return dict(name=f"{prefix}{kind} {_KIND_NAMES[kind]}", legendgroup=f"{prefix}{kind}")
-    if pipes > 4: return dict(name=f"{prefix}{kind} {_KIND_NAMES[kind]} (all pipes)", legendgroup=f"{prefix}{kind}",
-                              showlegend=pipe == 0)
+    if pipes > 4: return dict(name=f"{prefix}{kind} {_KIND_NAMES[kind]}", legendgroup=f"{prefix}{kind}", showlegend=False)   # `_kind_key` stands for them
     return dict(name=f"{kind} {_KIND_NAMES[kind]}", legendgroup=f"{prefix}pipe{pipe}",
                 legendgrouptitle_text=f"{prefix}{_pipe_name(pipe, pipes)}")
+
+# %% ../nbs/02_viz.ipynb #ab7cbc2b
+def _kind_key(kind:str, prefix:str='') -> go.Scatter:
+    "The legend's swatch of `kind` over more than 4 pipes: grey at the kind's lightness, since no one pipe's hue stands for all."
+    r, g, b = colorsys.hls_to_rgb(0, _KIND_LIGHTNESS.get(kind, 0.5), 0)
+    return go.Scatter(x=[None], y=[None], mode='markers', marker=dict(symbol='square', size=11, color='#%02x%02x%02x' % tuple(round(255 * v) for v in (r, g, b))),
+                      name=f"{prefix}{kind} {_KIND_NAMES[kind]} (hue: its pipe)", legendgroup=f"{prefix}{kind}", meta=dict(role='legend', kind=kind))
 
 # %% ../nbs/02_viz.ipynb #ea6322d5
 def _bar_marker(kind:str, pipe:int, mb:np.ndarray, labels:bool, style:str='solid') -> dict:
@@ -198,7 +204,7 @@ def _action_traces(tl:Timeline, t0:float|None=None, labels:bool|None=None, style
                     meta=dict(role='action', kind=kind, pipe=pipe, style=style), **_legend(kind, pipe, pipes, prefix))
         if labels and style != 'outline': tr.update(_bar_labels(tr.hovertext, kind, two_lines and _num_ranks(tl) <= 8))
         traces.append(tr)
-    return traces
+    return traces + ([_kind_key(k, prefix) for k in COMPUTE if any(kind == k for _, kind in groups)] if pipes > 4 else [])
 
 # %% ../nbs/02_viz.ipynb #cbc2ad36
 def _bubble_trace(tl:Timeline, t0:float|None=None, width:float=_BAR_WIDTH, scale:float=1.0):
@@ -282,7 +288,7 @@ def _raster_traces(tl:Timeline, t0:float|None=None, columns:int=_RASTER_COLUMNS,
                       hovertemplate="rank %{y} · t ≈ %{x:.3g}" + f" {_time_unit(tl)}<extra>summarised view</extra>")
     keys = [go.Scatter(x=[None], y=[None], mode='markers', marker=dict(symbol='square', size=11, color=_bar_color(k, p, 1)),
                        meta=dict(role='legend', kind=k, pipe=p), **_legend(k, p, max(pipes, legend_pipes or 0))) for p, k in cats]
-    return [heat] + keys
+    return [heat] + keys + ([_kind_key(k) for k in COMPUTE if any(kind == k for _, kind in cats)] if max(pipes, legend_pipes or 0) > 4 else [])
 
 # %% ../nbs/02_viz.ipynb #1f366754
 def _time_axis(tl:Timeline) -> dict:
