@@ -517,7 +517,7 @@ APP = {**NOTEBOOK, "cells": [
 PAINTED_JS = """() => Array.from(document.querySelectorAll('.jp-OutputArea .js-plotly-plot')).map(gd => ({
     explorer: !!gd.closest('.chimera-explorer'), redraw: gd.layout && gd.layout.meta ? gd.layout.meta.redraw : null,
     title: (gd.querySelector('.gtitle') || {}).textContent || '',
-    points: (gd._fullData || []).reduce((n, t) => n + (t.x ? t.x.length : 0), 0), paths: gd.querySelectorAll('.barlayer path').length}))"""
+    points: (gd._fullData || []).filter(t => t.type === 'bar').reduce((n, t) => n + (t.x ? t.x.length : 0), 0), paths: gd.querySelectorAll('.barlayer path').length}))"""
 
 
 def _painted(page, last=None):
