@@ -8,10 +8,11 @@ Docs: https://chimera-nb.github.io/chimera_nb/playground.html.md"""
 __all__ = ['Playground', 'app', 'app_notebook']
 
 # %% ../nbs/12_playground.ipynb #6af31083
-import html, os, re, stat, warnings
+import html, os, re, warnings
 from pathlib import Path
 import ipywidgets as W, traitlets
 from .store import atomic_write
+from .files import file_kind
 from .checks import check_number
 import plotly.graph_objects as go
 from .autotune import autotune
@@ -362,10 +363,8 @@ def app_notebook(path='chimera-playground.ipynb', # the notebook to write (a fol
     import nbformat
     p = Path(path); p = p / 'chimera-playground.ipynb' if p.is_dir() else p
     if p.suffix != '.ipynb': raise ValueError(f"{p}: a notebook's name ends in .ipynb; give e.g. {p.with_suffix('.ipynb')}")
-    if os.path.lexists(p):
-        if not stat.S_ISREG(mode := os.lstat(p).st_mode):
-            what = 'a symbolic link' if stat.S_ISLNK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'no regular file'
-            raise ValueError(f"{p} is {what}: not written; give the path of a new notebook or of a notebook file")
+    if what := file_kind(p): raise ValueError(f"{p} is {what}: not written; give the path of a new notebook or of a notebook file")
+    if p.exists():
         if not overwrite: return p
         warnings.warn(f"app_notebook: replacing {p} (overwrite=True): its cells and outputs are gone")
     make = dict(markdown=nbformat.v4.new_markdown_cell, code=nbformat.v4.new_code_cell)

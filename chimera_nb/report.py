@@ -23,7 +23,7 @@ from .tasks import split_batch
 from .profile import profile_layers, split_times, LayerProfile
 from .simulate import simulate, Costs, sig3
 from .hardware import HARDWARE, profiles_folder
-from .files import read_bounded
+from .files import read_bounded, file_kind
 
 # %% ../nbs/07_report.ipynb #0cbc4bf5
 class ResourceProbe:
@@ -247,10 +247,8 @@ def _last_start(path:Path) -> tuple:
 # %% ../nbs/07_report.ipynb #0b71900a
 def _not_a_file(p:Path, links:bool) -> str|None:
     "What `p` is when it is there and neither a regular file nor (when `links`) a link; None otherwise."
-    try: mode = os.lstat(p).st_mode
-    except FileNotFoundError: return None
-    if stat.S_ISREG(mode) or (links and stat.S_ISLNK(mode)): return None
-    return 'a symbolic link' if stat.S_ISLNK(mode) else 'a folder' if stat.S_ISDIR(mode) else 'a FIFO' if stat.S_ISFIFO(mode) else 'not a regular file'
+    kind = file_kind(p)
+    return None if links and kind == 'a symbolic link' else kind
 
 @patch
 def refusal(self:MetricsLog, cfg:TrainConfig) -> str|None:
