@@ -283,7 +283,7 @@ def test_a_metrics_path_that_is_not_a_file_is_refused_at_once(tmp_path, capsys, 
 
 
 def test_a_device_as_metrics_is_refused():
-    assert MetricsLog('/dev/null').refusal(TC(steps=2)) == '/dev/null is not a regular file: give a --metrics path whose files can be written'
+    assert MetricsLog('/dev/null').refusal(TC(steps=2)) == '/dev/null is a device: give a --metrics path whose files can be written'
     with pytest.raises(OSError, match='not a regular file'): MetricsLog('/dev/null').write(step=1)
 
 
