@@ -30,6 +30,7 @@ def _checked_sizes(sizes) -> list:
     if len(got) < 2 or got[0] < 1 or got[-1] > _MAX_SIZE: raise ValueError(f"--sizes: give two or more micro-batch sizes from 1 to {_MAX_SIZE} to fit, got {got[:6]}")
     return got
 
+# %% ../nbs/10c_calibrate.ipynb #146de4e9
 def _checked_name(name) -> str:
     "A profile name: its file is <name>.json in the profiles folder, so a path or an empty name is refused."
     if not isinstance(name, str) or not re.fullmatch(_NAME, name): raise ValueError(f"profile name {name!r:.60}: use letters, digits and _ . + - (at most 100), no folder")
@@ -42,6 +43,7 @@ def _writable_folder(folder:Path) -> Path:
     if not os.access(up, os.W_OK | os.X_OK): raise ValueError(f"profiles folder {folder} cannot be written here ({up} is not writable): give one you can write (--profiles)")
     return folder
 
+# %% ../nbs/10c_calibrate.ipynb #2999e412
 def _profile_name(partition:str|None, spec:PipelineSpec) -> str:
     "The name a calibration is kept under: partition (or 'local'), model and dtype, e.g. hpg-b200-gpt2-64-bfloat16."
     m = Path(spec.model).name if spec.source == 'folder' else spec.model.split('/')[-1]

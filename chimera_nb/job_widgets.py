@@ -87,6 +87,7 @@ def refresh(self:JobWatch) -> bool:
     if self.ended and not self.results.value: self.show_results()
     return self.ended
 
+# %% ../nbs/10d_job_widgets.ipynb #a8440b31
 @patch
 def plot_metrics(self:JobWatch) -> int:
     "Redraw the loss curves from the metrics files; the number of steps seen."
@@ -115,10 +116,12 @@ def _run_results(run_dir) -> tuple:
         except (OSError, ValueError) as e: return f"<div>timeline figure unreadable ({html.escape(str(e))})</div>" + _table(df), None
     return _table(df), fig
 
+# %% ../nbs/10d_job_widgets.ipynb #bb1b2fa6
 def _table(df) -> str:
     cols = [c for c in ('schedule', 'W', 'D', 'N', 'B', 'steps', 'samples_per_s', 'mean_step_s', 'predicted_step_s', 'final_loss', 'run') if c in df]
     return "<b>results</b> (chimera-slurm collect)" + df[cols].to_html(index=False, float_format=lambda v: f"{sig3(v)}", border=0)
 
+# %% ../nbs/10d_job_widgets.ipynb #a6bb287a
 @patch
 def show_results(self:JobWatch):
     "Show the finished job's collected results and its measured timeline over the predicted one."
@@ -139,6 +142,7 @@ def _loop(self:JobWatch, delay, max_poll):
 @patch
 def stop(self:JobWatch): self._stop.set()
 
+# %% ../nbs/10d_job_widgets.ipynb #24f1f497
 @patch
 def _ipython_display_(self:JobWatch): show_with_hint(self.widget, 'job watch')
 
@@ -201,6 +205,7 @@ def _spec_changed(self:JobForm, change=None):
     if self.w['preset'].value != 'generic': self._preset(dict(new=self.w['preset'].value))
     self._job_changed()
 
+# %% ../nbs/10d_job_widgets.ipynb #63ae7f9b
 @patch
 def _invalid(self:JobForm, what:str, e:Exception):
     "Say what cannot run; no Render or Submit, no stale script."
@@ -272,6 +277,7 @@ def submit(self:JobForm):
     self.watch = watch(self.job); self.watch_box.children = [self.watch.widget]
     return self.job
 
+# %% ../nbs/10d_job_widgets.ipynb #6e68f800
 @patch
 def set_train(self:JobForm, train:TrainConfig):
     "Show another run (the app's new choice): its spec and steps in the fields, the resources kept."

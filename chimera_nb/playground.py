@@ -37,6 +37,7 @@ def _profile_folders(extra=()) -> list:
         if f and profiles_folder(f) not in out: out.append(profiles_folder(f))
     return out
 
+# %% ../nbs/12_playground.ipynb #17d90dc3
 def _hardware_options(current:str|None=None, # the GPU choice now (kept, if it is no preset or listed profile)
                       folders=(), # more profile folders (the ones calibrated into)
                      ) -> list:
@@ -60,6 +61,7 @@ def _check_inputs(model, hardware, gpus, global_batch, memory_gib, host_gib):
     check_number('gpus', gpus, int, lo=1, hi=65536); check_number('global_batch', global_batch, int, lo=1, hi=10**7)
     for what, v in (('memory_gib', memory_gib), ('host_gib', host_gib)): check_number(what, v, float, lo=0, hi=1e6, none=True)
 
+# %% ../nbs/12_playground.ipynb #b4537be9
 def _inputs(model:str, hardware:str, gpus:int, global_batch:int, memory_gib:float|None, host_gib:float|None=None) -> dict:
     "The playground's inputs: model, GPU, GPUs, global batch, memory per GPU, host memory per node, optimizer state sharded or not, and the Tune button."
     st, box = dict(description_width='initial'), lambda w: W.Layout(width=w)

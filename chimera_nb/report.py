@@ -394,6 +394,7 @@ def _history_line(r) -> bool:
     return (isinstance(r, dict) and isinstance(r.get('profile'), str) and real(r.get('error'))
             and all(real(r[k]) for k in ('predicted_step_s', 'measured_step_s', 'stage_error') if r.get(k) is not None))
 
+# %% ../nbs/07_report.ipynb #6955dcf3
 def prediction_history(profiles=None, # the profiles folder (default: `hardware.profiles_folder()`), or a history.jsonl
                        by_profile:bool=False, # one row per profile instead of one per run
                       ) -> 'pd.DataFrame':

@@ -431,6 +431,7 @@ class ClusterCheck(NamedTuple):
     checked: bool
     message: str
 
+# %% ../nbs/10_slurm.ipynb #243b0e2e
 _UNREACHABLE = ('Unable to contact', 'configuration file', 'configuration source', 'Socket timed out', 'Connection refused', 'Zero Bytes', 'fetch_config')
 _REFUSED = ('submission failed', 'allocation failure', 'nvalid', 'not available', 'satisfied', 'exceed')   # SLURM's words for no
 
