@@ -8,6 +8,9 @@ Run: .venv/bin/python bench/bench_paper.py        (about 1 minute)
 import time
 import pandas as pd
 from chimera_nb import perf_model, autotune
+from chimera_nb.hardware import HARDWARE, RuntimeMemory
+
+GLOO = HARDWARE['p100-daint-gloo']   # the paper's setting: the same P100 with gloo's host staging and PyTorch's runtime memory
 
 SENSITIVITY = [  # (what moves, {Hardware field: value})
     ('as shipped', {}),
@@ -15,6 +18,12 @@ SENSITIVITY = [  # (what moves, {Hardware field: value})
     ('all-reduce 2 GB/s', dict(ar_beta=1 / 2e9)),
     ('p2p 2 GB/s, 100 us', dict(p2p_bandwidth=2e9, p2p_latency=100e-6)),
     ('90% of memory usable', dict(memory_bytes=0.9 * 16 * 2**30)),
+    # the parts of issue 49, each alone on the shipped preset, then all of them (the `p100-daint-gloo` preset)
+    ('host staging (PCIe 3.0 x16 copies, host sums)', dict(transport=GLOO.transport)),
+    ('runtime memory: CUDA context 781 MB', dict(runtime=RuntimeMemory(reserved_bytes=GLOO.runtime.reserved_bytes))),
+    ('runtime memory: a flat gradient copy for the all-reduce', dict(runtime=RuntimeMemory(gradient_copies=GLOO.runtime.gradient_copies))),
+    ('runtime memory: both', dict(runtime=GLOO.runtime)),
+    ("the paper's setting (p100-daint-gloo: all of the above)", dict(transport=GLOO.transport, runtime=GLOO.runtime)),
 ]
 
 

@@ -53,7 +53,7 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     tail = 0.0 if a.per_microbatch else max(ar)   # 2BW: once per iteration, behind the next one's compute if it can be
     t = (max(N * max(step), tail) if ov else N * max(step) + tail) + tie_time(flat, profile, dp)
     busy = N * statistics.fmean(comp)
-    mem = _async_memory(a, sp, recompute, optimizer) if memory else [0.0] * D
+    mem = [profile.device_bytes(m, p.param_bytes) for m, p in zip(_async_memory(a, sp, recompute, optimizer), sp)] if memory else [0.0] * D
     bd = Breakdown(busy, 0.0, N * max(comp) - busy, t - N * max(comp))
     return Prediction(scheme, D, dp, profile.micro_batch_size, N, recompute, 'steady-state', t, dp * N * profile.micro_batch_size / t,
                       1 - busy / t, max(mem), mem, bd)

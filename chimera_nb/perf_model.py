@@ -266,6 +266,12 @@ def _memory(s:Schedule, sp, optimizer:str, zero:int|None=None, dp:int=1) -> list
     _MEM[key] = (s, out)
     return out
 
+# %% ../nbs/08_perf_model.ipynb #308eec3f
+def _on_device(profile:Profile, s:Schedule, sp, tensors:list) -> list:
+    "Each rank's device memory for its `tensors` bytes (`Profile.device_bytes`: its gradients are its stages' weights)."
+    if not (profile.runtime_bytes or profile.gradient_copies or profile.allocator_slack): return tensors   # a search's common case: nothing to add
+    return [profile.device_bytes(b, sum(sp[st].param_bytes for st in s.stages_of(r))) for r, b in enumerate(tensors)]
+
 # %% ../nbs/08_perf_model.ipynb #d3d5170c
 def tie_time(s:Schedule, profile:Profile, dp:int) -> float:
     "Seconds the runtime spends after the step summing tied copies' gradients, for each tie whose copies live on different ranks."
@@ -387,7 +393,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
     t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
     t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
-    mem = _memory(s, sp, optimizer, zero, dp) if memory else [0.0] * s.num_ranks
+    mem = _on_device(profile, s, sp, _memory(s, sp, optimizer, zero, dp)) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
     return Prediction(schedule_label(s.name, s.options), s.num_ranks, dp, profile.micro_batch_size, int(s.microbatches * s.microbatch_scale), s.recompute,
                       method, t, samples / t, bubble, max(mem), mem, bd, eq1[3], eq1[4], eq1[0] + tie,
@@ -416,7 +422,8 @@ def predict_memory(profile:Profile, # at the micro-batch size to run
                   ) -> list:
     "Bytes per rank of `schedule` on `profile`, as `predict` estimates them, from the order alone (no timing needed)."
     _check_schedule_fits(schedule, profile, 1)
-    return _memory(schedule, stage_times(schedule, profile), optimizer, zero, dp)
+    sp = stage_times(schedule, profile)
+    return _on_device(profile, schedule, sp, _memory(schedule, sp, optimizer, zero, dp))
 
 # %% ../nbs/08_perf_model.ipynb #pm080005
 def state_memory(profile:Profile, # at the micro-batch size to run
@@ -428,7 +435,7 @@ def state_memory(profile:Profile, # at the micro-batch size to run
     _check_schedule_fits(schedule, profile, 1)
     sp, k = stage_times(schedule, profile), OPTIMIZER_STATES[optimizer]
     share = lambda st: len(schedule.replicas(st)) * dp if zero else 1
-    return [sum(sp[st].param_bytes * (2 + k / share(st)) for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)]
+    return _on_device(profile, schedule, sp, [sum(sp[st].param_bytes * (2 + k / share(st)) for st in schedule.stages_of(r)) for r in range(schedule.num_ranks)])
 
 # %% ../nbs/08_perf_model.ipynb #cc080001
 def cross_check(profile:Profile, schedule:Schedule, dp:int, sync:str, # what `predict` was asked

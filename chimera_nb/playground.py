@@ -43,7 +43,7 @@ def _hardware_options(current:str|None=None, # the GPU choice now (kept, if it i
                      ) -> list:
     "(label, value) of every preset, then of every measured profile in `_profile_folders` ('measured: <name>'), and `current`."
     from chimera_nb.hardware import profiles_folder
-    opts, home = [(k, k) for k in HARDWARE], profiles_folder()   # a name resolves in `home`; elsewhere the value is the file's path
+    opts, home = [(h.title or k, k) for k, h in HARDWARE.items()], profiles_folder()   # a name resolves in `home`; elsewhere the value is the file's path
     for folder in _profile_folders(folders):
         for name, path in measured_profiles(folder)[['name', 'path']].itertuples(index=False):
             value, label = (name, f"measured: {name}") if folder == home else (path, f"measured: {name} ({folder})")

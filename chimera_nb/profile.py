@@ -20,7 +20,7 @@ from .payload import call_stage, device_of, flatten, unflatten
 from .compute import input_grads, weight_grads, SavedTensors
 from .balance import balance
 from .catalog import PRESETS
-from .hardware import Hardware, HARDWARE, check_hardware, profiles_folder
+from .hardware import Hardware, HARDWARE, check_hardware, profiles_folder, staged_links
 from .checks import check_number, SpecError
 from .spec import DTYPES
 from .files import parse_dict, read_bounded
@@ -277,6 +277,10 @@ class Profile:
     name: str = ''              # its name in the profiles folder (`calibrate`), '' for one not kept there
     machine: dict = field(default_factory=dict)  # where it was measured (`calibrate`): hosts, gpu, driver, partition, the links timed
     host_memory_bytes: float = math.inf   # a node's host memory, shared by its gpus_per_node ranks (`Hardware.host_memory_bytes`; inf: not known)
+    runtime_bytes: float = 0.0    # device memory the framework holds outside tensors (`Hardware.runtime`)
+    allocator_slack: float = 0.0  # fraction over the tensors' bytes the allocator holds
+    gradient_copies: float = 0.0  # copies of the gradients the communication keeps beside them
+    interference: float = 0.0     # compute beside an in-flight collective takes (1 + this) times as long (`Hardware.transport`)
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
@@ -285,6 +289,7 @@ class Profile:
         for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1, hi=4096))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
         for n in ('memory_bytes', 'host_memory_bytes'): check_number(n, getattr(self, n), float, lo=0, open_lo=True, finite=False)   # inf: no limit
+        for n, hi in (('runtime_bytes', 1 << 50), ('allocator_slack', 1), ('gradient_copies', 8), ('interference', 10)): setattr(self, n, check_number(n, getattr(self, n), float, lo=0, hi=hi))
         self.ties = _checked_ties(self.ties, len(self.layers))
         _check_fields(self)
         self.fixed = [] if self.fixed is None else self.fixed   # JSON's null: none
@@ -303,6 +308,14 @@ def versions() -> dict:
         try: out[p] = version(p)
         except Exception: pass
     return dict(out)
+
+# %% ../nbs/02c_profile.ipynb #f96f6fdd
+@patch
+def device_bytes(self:Profile, tensor_bytes:float, # what the memory model counts on a rank
+                 gradient_bytes:float=0.0, # of it, the rank's gradients (the communication may keep copies of them)
+                ) -> float:
+    "Device memory a rank needs: its tensors and the copies of its gradients, the allocator's slack over them, and the runtime's reserve."
+    return (tensor_bytes + self.gradient_copies * gradient_bytes) * (1 + self.allocator_slack) + self.runtime_bytes
 
 # %% ../nbs/02c_profile.ipynb #15e31972
 from fastcore.basics import patch
@@ -556,11 +569,14 @@ def estimate_profile(model:str, # a BERT, GPT-2 or Llama-family preset (catalog.
         embed = layer('embed', 0, (V + pos + (2 if fam == 'bert' else 0)) * h + 2 * h, 0, msg)
         head = layer('head', 2 * h * V + (2 * h * h if fam == 'bert' else 0), h * V + V + (h * h + 3 * h if fam == 'bert' else 2 * h),
                      tok * (V + 2 * h) * w, 2 * tok * V * w)
+    p2p, beta = staged_links(hardware)   # gloo's host staging, where the preset has it
     return Profile(model, B, s, dt, [embed] + [block._replace(name=f'block{i}') for i in range(L)] + [head],
-                   hardware.p2p_latency, hardware.p2p_bandwidth, hardware.ar_alpha, hardware.ar_beta, device=hardware.name,
+                   hardware.p2p_latency, p2p, hardware.ar_alpha, beta, device=hardware.name,
                    ties=[((0, L + 1), w * V * h)] if dims.tied else [],  # the head's decoder is the word embedding (models.build ties them)
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(versions()),
                    gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node, host_memory_bytes=hardware.host_memory_bytes,
+                   runtime_bytes=hardware.runtime.reserved_bytes, allocator_slack=hardware.runtime.allocator_slack,
+                   gradient_copies=hardware.runtime.gradient_copies, interference=hardware.transport.interference,
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/02c_profile.ipynb #8f9c3887
