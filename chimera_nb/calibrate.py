@@ -116,6 +116,31 @@ def _collective(kind:str, # 'allreduce', 'reduce_scatter' or 'all_gather' (a sha
                all_gather=lambda x, part: dist.all_gather_single(x, part))
     return [_timed(lambda bufs=make(n): ops[kind](*bufs), repeats, device) for n in sizes]
 
+# %% ../nbs/10c_calibrate.ipynb #964216a5
+def _ops_while(busy, device) -> tuple:
+    "(products, seconds) of 256 x 256 matrix products run while `busy()` holds, each finished before the next."
+    import torch
+    a, n, t = torch.ones(256, 256, device=device), 0, time.perf_counter()
+    while busy():
+        torch.mm(a, a)
+        if device.type == 'cuda': torch.cuda.synchronize(device)
+        n += 1
+    return n, time.perf_counter() - t
+
+# %% ../nbs/10c_calibrate.ipynb #a9183760
+def _interference(nbytes:int, # bytes all-reduced (a stage's gradients)
+                  repeats:int, device) -> float:
+    "Compute's slowdown beside an in-flight all-reduce over every rank: its rate alone over its rate beside, less one (every rank calls this)."
+    import torch, torch.distributed as dist
+    buf, ratios = torch.zeros(max(nbytes // 4, 1), device=device), []
+    for _ in range(repeats):
+        dist.barrier(); w = dist.all_reduce(buf, async_op=True)
+        n1, t1 = _ops_while(lambda: not w.is_completed(), device); w.wait()
+        end = time.perf_counter() + t1
+        n0, t0 = _ops_while(lambda: time.perf_counter() < end, device)
+        if n1 and n0: ratios.append(max((n0 / t0) / (n1 / t1) - 1, 0.0))
+    return statistics.median(ratios) if ratios else 0.0
+
 # %% ../nbs/10c_calibrate.ipynb #a6597daa
 def _message_sizes(p:Profile, sizes) -> list:
     "Bytes of a run's messages (a block's output at each micro-batch size timed), 4 KiB for the latency, 1 and 64 MiB for the bandwidth."
@@ -175,7 +200,7 @@ def _machine(device, hosts:list) -> dict:
                     nccl='.'.join(map(str, v)) if isinstance(v, tuple) else str(v))
 
 # %% ../nbs/10c_calibrate.ipynb #ba12569b
-def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32') -> Profile:
+def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32', interference:float=0.0) -> Profile:
     "`p` (the layers' medians) with the timed links, the hosts and GPU, its name, the dtype its runs train in (as timed: bf16 autocast on a GPU) and the date."
     near, ar, kw = links.get('p2p_intra') or links.get('p2p_inter'), links.get('allreduce'), {}
     if near: kw.update(p2p_latency=near.latency, p2p_bandwidth=near.bandwidth)
@@ -183,7 +208,7 @@ def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='
     m = _machine(device, hosts) | dict(links={k: l._asdict() for k, l in links.items()})
     hw = next((h for k, h in HARDWARE.items() if re.search(rf'\b{re.escape(k)}\b', m['gpu'].lower())), None)
     backend = 'nccl' if device.type == 'cuda' else 'gloo'
-    return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name, dtype=dtype,
+    return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name, dtype=dtype, interference=interference,
                                machine=m, device=f"{p.device}, {backend} x{len(hosts)}", versions=dict(versions()),
                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -213,8 +238,10 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
     timed = dict(p2p_intra=((0, 1), msgs, _pingpong(0, 1, msgs, repeats, dev)) if world > 1 and hosts[1] == hosts[0] else None,
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
                  **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
+    inter = [None] * world; dist.all_gather_object(inter, _interference(max(grads), repeats, dev) if world > 1 else 0.0)
     if dist.get_rank(): return None
-    prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype)
+    prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype,
+                       min(statistics.median(inter), 10.0))
     _keep(prof, profiles_folder(profiles), out)
     return prof
 

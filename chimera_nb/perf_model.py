@@ -358,8 +358,29 @@ def _bare(s:Schedule, costs:Costs) -> tuple:
     span, work, _ = _replay_span(s, costs)
     return span, (1 - work / (span * s.num_ranks) if span > 0 else 0.0)
 
+# %% ../nbs/08_perf_model.ipynb #fafc24c2
+def _overlap(a:list, b:list) -> float:
+    "Time where an interval of `a` and one of `b` overlap (each list's (start, end) disjoint and sorted)."
+    i = j = 0; out = 0.0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if hi > lo: out += hi - lo
+        if a[i][1] < b[j][1]: i += 1
+        else: j += 1
+    return out
+
+# %% ../nbs/08_perf_model.ipynb #389af884
+def _interfered_end(tl:Timeline, factor:float) -> float:
+    "The iteration's end when each rank's compute beside its own all-reduces takes (1 + `factor`) times as long there."
+    ends, spans = {}, {}
+    for e in tl.events:
+        ends[e.rank] = max(ends.get(e.rank, 0.0), e.end)
+        if e.kind in ('F', 'B', 'W', 'AR'): spans.setdefault((e.rank, e.kind == 'AR'), []).append((e.start, e.end))
+    grow = {r: factor * _overlap(sorted(spans.get((r, False), [])), sorted(spans.get((r, True), []))) for r in ends}
+    return max([tl.makespan] + [ends[r] + grow[r] for r in ends])
+
 # %% ../nbs/08_perf_model.ipynb #s2080060
-def _simulated(s, sp, ar, c, dp, sync):
+def _simulated(s, sp, ar, c, dp, sync, interference:float=0.0):
     "Simulate the lowered program once with everything; the compute alone is its order replayed (the all-reduce tail is what follows the last compute)."
     full = simulate(lower(s, sync, dp), _costs(s, sp, ar, c))
     # all-reduces never delay compute in the program (issued after it, waited at the end), so the compute ends where it would
@@ -368,8 +389,9 @@ def _simulated(s, sp, ar, c, dp, sync):
     bare_span = _bare(s, _costs(s, sp, ar, c, p2p=False, reduce=False))[0] if c else no_ar
     bubble = full.bubble_ratio   # the timeline's own idle share (message waits in it): the number the explorer shows for this run
     busy = sum(e.end - e.start for e in full.events if e.kind in ('F', 'B', 'W')) / s.num_ranks   # the mean rank's, in one pass
-    bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, full.makespan - no_ar)
-    return full.makespan, bubble, bd, float('nan'), float('nan')
+    t = _interfered_end(full, interference) if interference else full.makespan   # the compute the all-reduces slowed: theirs to pay
+    bd = Breakdown(busy, no_ar - bare_span, bare_span - busy, t - no_ar)
+    return t, bubble, bd, float('nan'), float('nan')
 
 # %% ../nbs/08_perf_model.ipynb #s2080062
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
@@ -391,7 +413,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     ar, gather = _zero_terms(s, profile, ar) if zero else (ar, 0.0)   # the gather: after the optimizer step, on the critical path
     policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
-    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy)
+    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy, profile.interference)
     t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
     mem = _on_device(profile, s, sp, _memory(s, sp, optimizer, zero, dp)) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size
