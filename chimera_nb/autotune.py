@@ -518,7 +518,7 @@ def _best_per_scheme(tu:Tuning, # an `autotune` result
 _BERT32, _BERT64 = ('bert-48', 32, 512, (4, 8, 16, 32), (2, 4, 8, 16)), ('bert-48', 64, 1024, (4, 8, 16, 32), (2, 4, 8, 16))
 _GPT512, _GPT2048 = ('gpt2-64', 512, 512, (1, 2, 4), (4, 8, 16, 32)), ('gpt2-64', 2048, 2048, (1, 2, 4), (4, 8, 16, 32))
 _MEMORY = ("memory: our estimate fits configurations the paper's runs did not choose (out of memory on 16 GB, we take it), though its activations "
-           "are the authors' own measured 11.0 MiB per sample and layer within 5%: what else their runtime kept is not in the paper")
+           "are the authors' own measured 11.0 MiB per sample and layer within 5%. Runtime memory (the model part): the paper's setting (`p100-daint-gloo`) adds the CUDA context and the gradients' flat copy and still fits them; what the baselines' runtimes kept beyond that (weight stashing, queues on the device) has no public number")
 _SPEEDUP = {'PipeDream': 'no flush and no bubbles: without the memory pressure that forced PipeDream to recompute or shrink B, it runs at full speed here',
             'PipeDream-2BW': 'bubble-free; the paper\'s 2BW needs recomputation at its best B, our memory estimate does not',
             'GPipe': 'GPipe = DAPPLE in time here (same critical path); the paper measures GPipe slower (its N micro-batches of activations)',
@@ -612,9 +612,9 @@ def _claims() -> list:
 def _more_claims() -> list:
     C = PaperClaim
     return [C('Fig. 14', 'GPT-2 64 weak scaling 512 → 2,048 nodes (D = 32)', '91.4%', _weak_claim,
-              'no network contention: Rabenseifner on a free network grows only by log2 of the replicas'),
+              'contention (not yet a model part): Rabenseifner on a free network grows only by log2 of the replicas; no public number gives Aries\' global links under these flows'),
             C('§3.3, Fig. 15', 'Bert-48, 64 nodes: eager-sync-opt over eager-sync', '1.09x', _sync_claim,
-              'the simulator has no interference between an in-flight all-reduce and compute, the cost eager-sync pays for the middle stages'),
+              'interference (a model part: `Profile.interference`, measured by `chimera-slurm calibrate`): nothing measured it on a P100 with gloo, so the preset keeps 0 and eager sync pays nothing for the middle stages'),
             C('Fig. 17', 'Bert-48, 32 nodes: direct concatenation beats forward doubling', 'direct', functools.partial(_concat_claim, *_BERT32, 'direct', 'doubling'), _MEMORY),
             C('Fig. 17', 'Bert-48, 32 nodes: direct concatenation beats backward halving', 'direct', functools.partial(_concat_claim, *_BERT32, 'direct', 'halving'),
               'the authors\' P100 profile runs B = 8 as efficiently as B = 16 (0.56 vs 0.58 ms per sample and layer), so halving loses no '
