@@ -27,7 +27,7 @@ from chimera_nb.zero import ShardedOptimizer
 
 D, N, F, B, PARAMS, SHAPE, STEPS = 8, 8, 0.020, 0.040, 2_000_000, (8, 1024), 6
 CASES = [('chimera', 'eager'), ('chimera', 'end')]
-VARIANTS = (0, 'rs', 'rs+overlap', 'ar+overlap')   # zero 0; zero 1 reduce-scattered, gathers waited at once or overlapped; zero 1 all-reduced (a CPU's default)
+VARIANTS = (0, 'rs', 'rs+overlap', 'ar+overlap')   # zero 0; zero 1 reduce-scattered, gathers waited at once or overlapped; zero 1 all-reduced and sliced (scatter=False)
 
 
 class EmulatedWithGradients(EmulatedCompute):
@@ -45,17 +45,17 @@ class EmulatedWithGradients(EmulatedCompute):
 
 
 def _timed_collectives(rt, repeats=5):
-    "Median seconds of each collective over this rank's stages' groups, every group at once (as a step's syncs run)."
+    "Median seconds of each collective over this rank's stages' groups, every group at once (as a step's syncs run), as the runtime's comm runs them."
     import torch.distributed as dist
-    out = {}
+    out, c = {}, rt.comm
     for kind in ('allreduce', 'reduce_scatter', 'all_gather'):
         ts = []
         for _ in range(repeats + 1):
             dist.barrier(); t = time.perf_counter()
             for st in sorted(rt.stages):
                 g, ranks = rt.stage_groups[st]; x = torch.zeros(PARAMS); part = torch.zeros(PARAMS // len(ranks))
-                {'allreduce': lambda: dist.all_reduce(x, group=g), 'reduce_scatter': lambda: dist.reduce_scatter_single(part, x, group=g),
-                 'all_gather': lambda: dist.all_gather_single(x, part, group=g)}[kind]()
+                c.wait({'allreduce': lambda: c.all_reduce(x, g), 'reduce_scatter': lambda: c.reduce_scatter(part, x, g),
+                        'all_gather': lambda: c.all_gather(list(x.chunk(len(ranks))), part, g)}[kind](), 600)
             ts.append((time.perf_counter() - t) / len(rt.stages))
         out[kind] = statistics.median(ts[1:])
     return out
@@ -72,6 +72,7 @@ def _run(rank, world, schedule, sync, zero):
     times = []
     for _ in range(STEPS):
         t0 = time.perf_counter(); rt.step(optimizer=opt); times.append(time.perf_counter() - t0)
+    rt.grad_sync.settle(rt)   # the last step's overlapped gathers land before this rank moves on (or exits: its peers still send)
     timed = _timed_collectives(rt) if zero == 'rs' else None
     assert not zero or (rt.grad_sync.scattered == set(rt.stages)) == zero.startswith('rs'), zero
     return statistics.median(times[1:]), timed

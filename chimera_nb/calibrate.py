@@ -108,13 +108,14 @@ def _pingpong(a:int, b:int, # the two ranks timed (every rank calls this: the ba
 
 def _collective(kind:str, # 'allreduce', 'reduce_scatter' or 'all_gather' (a sharded optimizer's sync: `zero`)
                 sizes, repeats:int, device) -> list:
-    "Seconds of a collective of each size (bytes of the whole buffer) over every rank."
+    "Seconds of a collective of each size (bytes of the whole buffer) over every rank, as the runtime's comm runs it (gloo's direct reduce-scatter)."
     import torch, torch.distributed as dist
-    w = dist.get_world_size()
+    from chimera_nb.comm import current_comm
+    c, w = current_comm(device), dist.get_world_size()
     def make(n): x = torch.zeros(max(n // 4 // w, 1) * w, device=device); return x, torch.zeros(x.numel() // w, device=device)
-    ops = dict(allreduce=lambda x, part: dist.all_reduce(x), reduce_scatter=lambda x, part: dist.reduce_scatter_single(part, x),
-               all_gather=lambda x, part: dist.all_gather_single(x, part))
-    return [_timed(lambda bufs=make(n): ops[kind](*bufs), repeats, device) for n in sizes]
+    ops = dict(allreduce=lambda x, part: c.all_reduce(x, None), reduce_scatter=lambda x, part: c.reduce_scatter(part, x, None),
+               all_gather=lambda x, part: c.all_gather(list(x.chunk(w)), part, None))
+    return [_timed(lambda bufs=make(n): c.wait(ops[kind](*bufs), 600), repeats, device) for n in sizes]
 
 # %% ../nbs/10c_calibrate.ipynb #964216a5
 def _ops_while(busy, device) -> tuple:

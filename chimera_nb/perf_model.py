@@ -244,7 +244,7 @@ def _zero_shares(profile:Profile) -> tuple:
     except (KeyError, IndexError, TypeError, ValueError): return 0.5, 0.5
     if not all(math.isfinite(v) and v > 0 for v in t.values()): return 0.5, 0.5
     rs, ag = (min(max(t[k] / t['allreduce'], 0.05), 2.0) for k in ('reduce_scatter', 'all_gather'))
-    return min(rs, 1.0), ag   # a reduce-scatter dearer than the all-reduce (gloo's) is not run: the runtime all-reduces there
+    return rs, ag
 
 def _zero_terms(s:Schedule, # the schedule (its placement)
                 profile:Profile, ar:list, # each stage's all-reduce seconds (`_stage_terms`)

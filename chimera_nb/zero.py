@@ -87,7 +87,7 @@ class ShardedOptimizer:
     def __init__(self, rt:PipelineRuntime, # the runtime whose stages it steps (its replica groups shard them; it takes over their gradient sync)
                  make:Callable, # make(list of parameters) -> a torch optimizer
                  overlap:bool=False, # gather a stage's weights while other stages compute: read them only after `rt.grad_sync.settle(rt)`
-                 scatter:bool|None=None, # reduce-scatter the gradients (None: on CUDA; gloo's costs more than its all-reduce, so a CPU all-reduces and slices)
+                 scatter:bool=True, # reduce-scatter the gradients (False: all-reduce them and take this replica's slice)
                 ):
         self.rt, self.overlap = rt, overlap
         self.shards = {st: _Shard(m, rt.stage_groups[st][1], rt.stage_groups[st][1].index(rt.rank) if rt.stage_groups[st][0] is not None else 0,
@@ -95,7 +95,6 @@ class ShardedOptimizer:
         for s in self.shards.values():
             if s.group is None: s.ranks, s.k = [rt.rank], 0   # one replica: it keeps the whole stage
         self.inner = make([s.param for s in self.shards.values()])
-        scatter = rt.cuda if scatter is None else scatter
         rt.grad_sync = _ShardedSync(self.shards, _scattered(self.shards, rt) if scatter else set())
 
     @property
