@@ -156,6 +156,17 @@ def _check_model(spec:PipelineSpec):
     if spec.source == 'folder' and (c := _bad_char(spec.model, _CONTROLS)):
         raise ValueError(f"model folder {spec.model!r} holds {c!r}, a control character or a byte that is not UTF-8: rename the folder")
 
+# %% ../nbs/10_slurm.ipynb #896b4d0f
+_SHELL_NAMES = frozenset('_ BASH BASHOPTS BASHPID SHELLOPTS ENV IFS PS4 CDPATH GLOBIGNORE EUID UID PPID SHLVL PWD OLDPWD RANDOM SRANDOM '
+                         'SECONDS LINENO HOSTNAME'.split())   # bash's own: set by it, or read by it while the script runs
+_SCRIPT_NAMES = ('OMP_NUM_THREADS', 'MASTER_ADDR', 'MASTER_PORT')   # job.sh sets them after the env block
+
+def _check_env_name(k):
+    "Refuse an env name that is not a variable name, that bash sets or reads itself, or that the script sets."
+    _check_value('env name', k, 'env')
+    if k in _SHELL_NAMES or k.startswith('BASH_'): raise ValueError(f"env name {k!r} is bash's own (it sets or reads it while the script runs): choose another name")
+    if k in _SCRIPT_NAMES: raise ValueError(f"env name {k!r} is set by the job script itself (from the allocation): leave it out")
+
 # %% ../nbs/10_slurm.ipynb #8401274e
 _MAX_ENV = 32 << 10   # characters of one env value (Linux allows 128 KiB a string, 2 MiB for all of them with the arguments)
 
@@ -169,7 +180,7 @@ def _check_strings(job):
     for i, a in enumerate(job.program): _check_value('program module' if i == 0 else 'program argument', a, 'name' if i == 0 else 'path')
     if not isinstance(job.env, dict): raise TypeError(f"env must be a dict of name: value, got {type(job.env).__name__}")
     for k, v in job.env.items():
-        _check_value('env name', k, 'env')
+        _check_env_name(k)
         if not isinstance(v, str) or _bad_char(v, '\n\0'): raise ValueError(f"env {k}: a one-line string of text, got {v!r:.60}: leave out newlines and NUL")
         if len(v) > _MAX_ENV: raise ValueError(f"env {k}: {len(v):,} characters, more than {_MAX_ENV:,} (a longer value makes every command in the job fail, 'Argument list too long'): put it in a file and pass its path")
     for line in job.setup:
