@@ -8,7 +8,7 @@ Run: .venv/bin/python bench/bench_paper.py        (about 1 minute)
 import time
 import pandas as pd
 from chimera_nb import perf_model, autotune
-from chimera_nb.hardware import HARDWARE, RuntimeMemory
+from chimera_nb.hardware import HARDWARE, RuntimeMemory, Transport
 
 GLOO = HARDWARE['p100-daint-gloo']   # the paper's setting: the same P100 with gloo's host staging and PyTorch's runtime memory
 
@@ -24,6 +24,9 @@ SENSITIVITY = [  # (what moves, {Hardware field: value})
     ('runtime memory: a flat gradient copy for the all-reduce', dict(runtime=RuntimeMemory(gradient_copies=GLOO.runtime.gradient_copies))),
     ('runtime memory: both', dict(runtime=GLOO.runtime)),
     ("the paper's setting (p100-daint-gloo: all of the above)", dict(transport=GLOO.transport, runtime=GLOO.runtime)),
+    # interference has no P100 figure: what the mechanism does at two sizes (this VM's CPUs measured 0.29-0.43 beside gloo)
+    ('interference 0.1', dict(transport=Transport(interference=0.1))),
+    ('interference 0.3', dict(transport=Transport(interference=0.3))),
 ]
 
 
