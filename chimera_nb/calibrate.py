@@ -142,6 +142,16 @@ def _interference(nbytes:int, # bytes all-reduced (a stage's gradients)
         if n1 and n0: ratios.append(max((n0 / t0) / (n1 / t1) - 1, 0.0))
     return statistics.median(ratios) if ratios else 0.0
 
+# %% ../nbs/10c_calibrate.ipynb #769de225
+def _runtime_memory(device) -> tuple:
+    "(bytes held outside the allocator, the allocator's slack) on `device` now: the parts of `hardware.RuntimeMemory` a run measures ((0, 0) on a CPU)."
+    import torch
+    if device.type != 'cuda': return 0.0, 0.0
+    free, total = torch.cuda.mem_get_info(device)
+    outside = max(total - free - torch.cuda.memory_reserved(device), 0)
+    slack = torch.cuda.max_memory_reserved(device) / max(torch.cuda.max_memory_allocated(device), 1) - 1
+    return float(outside), min(max(slack, 0.0), 1.0)
+
 # %% ../nbs/10c_calibrate.ipynb #a6597daa
 def _message_sizes(p:Profile, sizes) -> list:
     "Bytes of a run's messages (a block's output at each micro-batch size timed), 4 KiB for the latency, 1 and 64 MiB for the bandwidth."
@@ -201,7 +211,7 @@ def _machine(device, hosts:list) -> dict:
                     nccl='.'.join(map(str, v)) if isinstance(v, tuple) else str(v))
 
 # %% ../nbs/10c_calibrate.ipynb #ba12569b
-def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32', interference:float=0.0) -> Profile:
+def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32', interference:float=0.0, runtime:tuple=(0.0, 0.0)) -> Profile:
     "`p` (the layers' medians) with the timed links, the hosts and GPU, its name, the dtype its runs train in (as timed: bf16 autocast on a GPU) and the date."
     near, ar, kw = links.get('p2p_intra') or links.get('p2p_inter'), links.get('allreduce'), {}
     if near: kw.update(p2p_latency=near.latency, p2p_bandwidth=near.bandwidth)
@@ -210,6 +220,7 @@ def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='
     hw = next((h for k, h in HARDWARE.items() if re.search(rf'\b{re.escape(k)}\b', m['gpu'].lower())), None)
     backend = 'nccl' if device.type == 'cuda' else 'gloo'
     return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name, dtype=dtype, interference=interference,
+                               runtime_bytes=runtime[0], allocator_slack=runtime[1],
                                machine=m, device=f"{p.device}, {backend} x{len(hosts)}", versions=dict(versions()),
                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -240,9 +251,10 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
                  **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
     inter = [None] * world; dist.all_gather_object(inter, _interference(max(grads), repeats, dev) if world > 1 else 0.0)
+    held = [None] * world; dist.all_gather_object(held, _runtime_memory(dev))   # after the layers and collectives ran here
     if dist.get_rank(): return None
     prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype,
-                       min(statistics.median(inter), 10.0))
+                       min(statistics.median(inter), 10.0), tuple(max(h[i] for h in held) for i in (0, 1)))
     _keep(prof, profiles_folder(profiles), out)
     return prof
 

@@ -155,6 +155,17 @@ def test_profiled_cuda_times_are_the_kernels_not_their_launches():
 
 
 @cuda_only
+def test_runtime_memory_measured_on_the_gpu():
+    "calibrate's runtime-memory probe: the CUDA context and libraries hold device memory outside the allocator; the allocator's slack is a fraction."
+    from chimera_nb.calibrate import _runtime_memory
+    dev = torch.device('cuda')
+    xs = [torch.empty(int(n), device=dev) for n in (1e6, 3e6, 1e6)]; del xs[1]; ys = torch.empty(int(2e6), device=dev)   # a hole the allocator keeps
+    outside, slack = _runtime_memory(dev)
+    print(f"outside the allocator {outside / 2**20:.0f} MiB, slack {slack:.3f}")
+    assert 50 * 2**20 < outside < torch.cuda.get_device_properties(dev).total_memory / 2 and 0 <= slack <= 1, (outside, slack)
+
+
+@cuda_only
 def test_profile_under_autocast_is_what_a_bf16_run_computes_and_keeps():
     "profile_layers(autocast=True) times and stashes what the runtime's bf16 actions do: a Linear keeps its input in bf16, and runs faster."
     from torch import nn
