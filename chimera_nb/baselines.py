@@ -48,10 +48,11 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     a, sp, ov = ASYNC_SCHEMES[scheme], stage_times(flat, profile), profile.comm_overlaps
     ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes, busy_crossings(flat, profile, dp)) for i, p in enumerate(sp)]   # stage i on rank i
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
-    hidden = lambda ari, p: max(0.0, ari - p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
+    i = profile.interference   # the backward an all-reduce overlaps runs (1 + i) times as long while it does
+    hidden = lambda ari, p: max(0.0, ari - p.backward_s) + i * min(ari, p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
     step = [c + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
     tail = 0.0 if a.per_microbatch else max(ar)   # 2BW: once per iteration, behind the next one's compute if it can be
-    t = (max(N * max(step), tail) if ov else N * max(step) + tail) + tie_time(flat, profile, dp)
+    t = (max(N * max(step), tail) + i * min(tail, N * max(step)) if ov else N * max(step) + tail) + tie_time(flat, profile, dp)
     busy = N * statistics.fmean(comp)
     mem = [profile.device_bytes(m, p.param_bytes) for m, p in zip(_async_memory(a, sp, recompute, optimizer), sp)] if memory else [0.0] * D
     bd = Breakdown(busy, 0.0, N * max(comp) - busy, t - N * max(comp))
