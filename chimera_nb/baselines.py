@@ -11,7 +11,7 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .memory import OPTIMIZER_STATES
-from .perf_model import Prediction, Breakdown, group_allreduce_time, predict, stage_times, tie_time, busy_crossings
+from .perf_model import Prediction, Breakdown, predict, stage_times, tie_time, stage_allreduce_times
 from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .schedules import make_schedule
@@ -46,7 +46,7 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     if scheme not in ASYNC_SCHEMES: raise ValueError(f"unknown asynchronous scheme {scheme!r}: choose one of {list(ASYNC_SCHEMES)}")
     flat = make_schedule('1f1b', D, N)   # the same stages on the same ranks: its per-action overhead and tied copies apply alike
     a, sp, ov = ASYNC_SCHEMES[scheme], stage_times(flat, profile), profile.comm_overlaps
-    ar = [group_allreduce_time(profile, [i], D, dp, p.param_bytes, busy_crossings(flat, profile, dp)) for i, p in enumerate(sp)]   # stage i on rank i
+    ar = stage_allreduce_times(flat, profile, dp, sp)   # stage i on rank i
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
     i = profile.interference   # the backward an all-reduce overlaps runs (1 + i) times as long while it does
     hidden = lambda ari, p: max(0.0, ari - p.backward_s) + i * min(ari, p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute

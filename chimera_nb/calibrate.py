@@ -142,6 +142,29 @@ def _interference(nbytes:int, # bytes all-reduced (a stage's gradients)
         if n1 and n0: ratios.append(max((n0 / t0) / (n1 / t1) - 1, 0.0))
     return statistics.median(ratios) if ratios else 0.0
 
+# %% ../nbs/10c_calibrate.ipynb #c13803bb
+def _shared_rate(reduce_bytes:float, reduce_s:float, # bytes a rank sends in the all-reduce, and its time alone
+                 message_bytes:float, message_s:float, # the message's bytes, and its time alone
+                 both_s:float, # both at once
+                ) -> float:
+    "Bytes/s of a link both flows share, from their times alone and together; inf where together took under 10% longer than the slower alone."
+    if both_s <= 1.1 * max(reduce_s, message_s): return math.inf
+    return (reduce_bytes + message_bytes) / both_s
+
+# %% ../nbs/10c_calibrate.ipynb #89708599
+def _link_sharing(a:int, b:int, # the pair that exchanges a message (on two hosts); every rank all-reduces
+                  reduce_bytes:int, message_bytes:int, repeats:int, device) -> float:
+    "Bytes/s of the link rank a's messages share with its all-reduce, as rank a times them (inf: not shared; other ranks return inf); every rank calls this."
+    import torch, torch.distributed as dist
+    me, w = dist.get_rank(), dist.get_world_size()
+    buf, out, got = (torch.zeros(max(n // 4, 1), device=device) for n in (reduce_bytes, message_bytes, message_bytes))
+    peer = {a: b, b: a}.get(me)
+    def exchange():
+        for op in ([dist.isend(out, peer), dist.irecv(got, peer)] if peer is not None else []): op.wait()
+    def both(): h = dist.all_reduce(buf, async_op=True); exchange(); h.wait()
+    t = [_timed(f, repeats, device) for f in (lambda: dist.all_reduce(buf), exchange, both)]
+    return _shared_rate(2 * (w - 1) / w * reduce_bytes, t[0], message_bytes, t[1], t[2]) if me == a else math.inf
+
 # %% ../nbs/10c_calibrate.ipynb #769de225
 def _runtime_memory(device) -> tuple:
     "(bytes held outside the allocator, the allocator's slack) on `device` now: the parts of `hardware.RuntimeMemory` a run measures ((0, 0) on a CPU)."
@@ -211,7 +234,7 @@ def _machine(device, hosts:list) -> dict:
                     nccl='.'.join(map(str, v)) if isinstance(v, tuple) else str(v))
 
 # %% ../nbs/10c_calibrate.ipynb #ba12569b
-def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32', interference:float=0.0, runtime:tuple=(0.0, 0.0)) -> Profile:
+def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='float32', interference:float=0.0, runtime:tuple=(0.0, 0.0), injection:float=math.inf) -> Profile:
     "`p` (the layers' medians) with the timed links, the hosts and GPU, its name, the dtype its runs train in (as timed: bf16 autocast on a GPU) and the date."
     near, ar, kw = links.get('p2p_intra') or links.get('p2p_inter'), links.get('allreduce'), {}
     if near: kw.update(p2p_latency=near.latency, p2p_bandwidth=near.bandwidth)
@@ -220,7 +243,7 @@ def _calibrated(p:Profile, hosts:list, links:dict, device, name:str, dtype:str='
     hw = next((h for k, h in HARDWARE.items() if re.search(rf'\b{re.escape(k)}\b', m['gpu'].lower())), None)
     backend = 'nccl' if device.type == 'cuda' else 'gloo'
     return dataclasses.replace(p, **kw, gpus_per_node=hosts.count(hosts[0]), links_per_node=hw.links_per_node if hw else 1, name=name, dtype=dtype, interference=interference,
-                               runtime_bytes=runtime[0], allocator_slack=runtime[1],
+                               runtime_bytes=runtime[0], allocator_slack=runtime[1], injection_bandwidth=injection,
                                machine=m, device=f"{p.device}, {backend} x{len(hosts)}", versions=dict(versions()),
                                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
@@ -251,10 +274,11 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
                  **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
     inter = [None] * world; dist.all_gather_object(inter, _interference(max(grads), repeats, dev) if world > 1 else 0.0)
+    shared = [None] * world; dist.all_gather_object(shared, _link_sharing(0, other, max(grads), max(msgs), repeats, dev) if other is not None else math.inf)
     held = [None] * world; dist.all_gather_object(held, _runtime_memory(dev))   # after the layers and collectives ran here
     if dist.get_rank(): return None
     prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype,
-                       min(statistics.median(inter), 10.0), tuple(max(h[i] for h in held) for i in (0, 1)))
+                       min(statistics.median(inter), 10.0), tuple(max(h[i] for h in held) for i in (0, 1)), shared[0])
     _keep(prof, profiles_folder(profiles), out)
     return prof
 

@@ -281,6 +281,9 @@ class Profile:
     allocator_slack: float = 0.0  # fraction over the tensors' bytes the allocator holds
     gradient_copies: float = 0.0  # copies of the gradients the communication keeps beside them
     interference: float = 0.0     # compute beside an in-flight collective takes (1 + this) times as long (`Hardware.transport`)
+    injection_bandwidth: float = math.inf  # bytes/s of a node's link its p2p messages and all-reduces share (`Hardware.network`; inf: not shared)
+    group_nodes: int = 0                   # nodes behind one group's uplinks (0: one flat network)
+    uplink_bandwidth: float = math.inf     # bytes/s a group's uplinks carry out of it
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
@@ -288,7 +291,8 @@ class Profile:
         for n in ('p2p_latency', 'ar_alpha', 'ar_beta', 'action_overhead'): setattr(self, n, check_number(n, getattr(self, n), float, lo=0, hi=60))   # s (per byte: β)
         for n in ('gpus_per_node', 'links_per_node'): setattr(self, n, check_number(n, getattr(self, n), int, lo=1, hi=4096))
         self.p2p_bandwidth = math.inf if self.p2p_bandwidth == math.inf else check_number('p2p_bandwidth', self.p2p_bandwidth, float, lo=0, open_lo=True)
-        for n in ('memory_bytes', 'host_memory_bytes'): check_number(n, getattr(self, n), float, lo=0, open_lo=True, finite=False)   # inf: no limit
+        for n in ('memory_bytes', 'host_memory_bytes', 'injection_bandwidth', 'uplink_bandwidth'): check_number(n, getattr(self, n), float, lo=0, open_lo=True, finite=False)   # inf: no limit
+        self.group_nodes = check_number('group_nodes', self.group_nodes, int, lo=0, hi=1 << 20)
         for n, hi in (('runtime_bytes', 1 << 50), ('allocator_slack', 1), ('gradient_copies', 8), ('interference', 10)): setattr(self, n, check_number(n, getattr(self, n), float, lo=0, hi=hi))
         self.ties = _checked_ties(self.ties, len(self.layers))
         _check_fields(self)
@@ -577,6 +581,7 @@ def estimate_profile(model:str, # a BERT, GPT-2 or Llama-family preset (catalog.
                    gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node, host_memory_bytes=hardware.host_memory_bytes,
                    runtime_bytes=hardware.runtime.reserved_bytes, allocator_slack=hardware.runtime.allocator_slack,
                    gradient_copies=hardware.runtime.gradient_copies, interference=hardware.transport.interference,
+                   **hardware.network._asdict(),   # the links its flows share
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 
 # %% ../nbs/02c_profile.ipynb #8f9c3887

@@ -78,3 +78,20 @@ def test_autotuner_hands_a_runnable_train_config():
     cfg = TrainConfig(tu.best, steps=1)
     assert (cfg.spec.model, cfg.spec.dtype, cfg.spec.seq_len, cfg.spec.hardware) == ('bert-48', 'bfloat16', 128, 'b200')
     assert isinstance(cfg, TrainConfig) and cfg.world_size == 8 and cfg.global_batch_size == 64
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(name=st.sampled_from(['gpipe', '1f1b', 'chimera', 'interleaved-1f1b', 'zb-h1']), D=st.sampled_from([2, 4, 8]),
+       dp=st.sampled_from([1, 2, 4, 8]), g=st.sampled_from([1, 2, 8]), group=st.sampled_from([0, 1, 2, 4]),
+       link=st.floats(0.5e9, 50e9), uplink=st.floats(1e9, 400e9), sync=st.sampled_from(['eager', 'end']))
+def test_contention_never_makes_an_iteration_faster(name, D, dp, g, group, link, uplink, sync):
+    "Shared links (a node's, a group's uplinks) only add time, on every schedule and layout; with nothing shared the prediction is the old one."
+    import dataclasses
+    free = dataclasses.replace(estimate_profile('bert-48', HARDWARE['l4'], 4), gpus_per_node=g)
+    shared = dataclasses.replace(free, injection_bandwidth=link, group_nodes=group, uplink_bandwidth=uplink)
+    s = make_schedule(name, D, 2 * D)
+    a, b = predict(free, s, dp, sync=sync, memory=False), predict(shared, s, dp, sync=sync, memory=False)
+    assert b.iteration_s >= a.iteration_s * (1 - 1e-12), (a, b)
+    assert b.breakdown.compute == a.breakdown.compute   # contention slows communication, not the layers
+    off = dataclasses.replace(shared, injection_bandwidth=math.inf, uplink_bandwidth=math.inf)
+    assert predict(off, s, dp, sync=sync, memory=False).iteration_s == a.iteration_s
