@@ -20,6 +20,7 @@ class Transport(NamedTuple):
     pcie_bandwidth: float = math.inf         # bytes/s of one device<->host copy; a staged message pays one at each end (inf: not staged)
     host_reduce_bandwidth: float = math.inf  # bytes/s of buffer a host CPU sums (gloo reduces on the host; inf: not on the host)
     interference: float = 0.0                # compute beside an in-flight collective on its rank takes (1 + this) times as long
+    blocking_send: bool = False              # a send holds its sender until the message has arrived (gloo's send called from the compute thread)
 
 class RuntimeMemory(NamedTuple):
     "Device memory beyond the tensors the memory model counts; the default is none."
@@ -131,6 +132,7 @@ def check_hardware(h:Hardware) -> Hardware:
     if not 0 < h.efficiency <= 1: raise ValueError(f"Hardware.efficiency must be in (0, 1], got {h.efficiency}")
     for n in ('pcie_bandwidth', 'host_reduce_bandwidth'): check_number(f"Hardware.transport.{n}", getattr(h.transport, n), float, lo=0, open_lo=True, finite=False)
     check_number('Hardware.transport.interference', h.transport.interference, float, lo=0, hi=10)
+    if not isinstance(h.transport.blocking_send, bool): raise ValueError(f"Hardware.transport.blocking_send must be True or False, got {h.transport.blocking_send!r:.40}")
     for n in ('injection_bandwidth', 'uplink_bandwidth'): check_number(f"Hardware.network.{n}", getattr(h.network, n), float, lo=0, open_lo=True, finite=False)
     check_number('Hardware.network.group_nodes', h.network.group_nodes, int, lo=0)
     check_number('Hardware.runtime.reserved_bytes', h.runtime.reserved_bytes, float, lo=0, hi=h.memory_bytes)
@@ -148,7 +150,7 @@ def staged_links(h:Hardware) -> tuple:
 # %% ../nbs/00_hardware.ipynb #2dae29ce
 HARDWARE['p100-daint-gloo'] = HARDWARE['p100-daint']._replace(name='p100-daint-gloo', title='Piz Daint, gloo (the paper\'s setting)',
     p2p_bandwidth=2.83 * _GB, ar_beta=1 / (2.83 * _GB),   # gloo's ring over TCP, as gloo's own benchmark measured it
-    transport=Transport(pcie_bandwidth=11.9 * _GB),          # the host's sums are in gloo's measured rate
+    transport=Transport(pcie_bandwidth=11.9 * _GB, blocking_send=False),   # the host's sums are in gloo's measured rate; helper threads send
     runtime=RuntimeMemory(reserved_bytes=781e6, gradient_copies=1),
     network=Network(injection_bandwidth=10.2 * _GB, group_nodes=384, uplink_bandwidth=96 * 10 * 4.7 * _GB),
     assumed='gloo over TCP on IP over Aries runs at gloo\'s published TCP rate (no measurement over Aries exists); 30 us per message; '
@@ -160,6 +162,8 @@ HARDWARE['p100-daint-gloo'] = HARDWARE['p100-daint']._replace(name='p100-daint-g
            'held by a PyTorch process before any tensor (CUDA context and libraries, PyTorch 1.4, the paper\'s era: '
            'github.com/pytorch/pytorch/issues/34323); one flat copy of each stage\'s gradients kept for the all-reduce until the '
            'step (the authors\' runtime: github.com/Shigangli/Chimera at 7be5274, chimera/chimera_bert/optimization.py, grads_sync); '
+           'messages sent and received by helper threads, so a send does not hold the compute (the same runtime, communication.py, '
+           'send_helper_thread); '
            'Aries: 10.2 GB/s injection per node, groups of 96 Aries x 4 nodes, 10 optical ports of 4.7 GB/s per Aries (Cray '
            'WP-Aries01-1112 and Piz Daint\'s configuration as lanl/PPT quotes them, interconnect/configs/non_doe/piz_daint_config.py)')
 

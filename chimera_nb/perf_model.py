@@ -355,12 +355,12 @@ def _analytic(s, sp, ar, c, dp, sync):
     return comp + u, 1 - busy / (F * info.cf + Bt * info.cb), bd, info.cf, info.cb
 
 # %% ../nbs/08_perf_model.ipynb #09d496f4
-def _costs(s, sp, ar, c, p2p=True, reduce=True) -> Costs:
+def _costs(s, sp, ar, c, p2p=True, reduce=True, blocking:bool=False) -> Costs:
     "The simulator's costs: every stage's own times (a split backward's B and W as measured, else half of it each)."
     f = [p.forward_s for p in sp]
     if s.split_backward: b, w = (list(v) for v in zip(*map(split_times, sp)))
     else: b, w = [p.backward_s for p in sp], 0.0
-    return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0)
+    return Costs(f, b, w, p2p=c if p2p else 0.0, allreduce=ar if reduce else 0.0, blocking_send=blocking and p2p)
 
 # %% ../nbs/08_perf_model.ipynb #6b92913e
 def predicted_costs(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
@@ -370,7 +370,7 @@ def predicted_costs(profile:Profile, # at the micro-batch size to run (`profile.
     "The costs `predict` simulates `schedule` with, in seconds: draw them (`simulate`, the explorer) to see its timeline in time."
     _check_schedule_fits(schedule, profile, dp)
     sp, ar, c = _stage_terms(schedule, profile, dp)
-    return dataclasses.replace(_costs(schedule, sp, ar, c), unit='s')
+    return dataclasses.replace(_costs(schedule, sp, ar, c, blocking=profile.blocking_send), unit='s')
 
 # %% ../nbs/08_perf_model.ipynb #bb080009
 _RAN = {}
@@ -450,9 +450,9 @@ def _stretched_end(tl:Timeline, factor:float, link:_Link|None=None) -> float:
     return max([tl.makespan] + [ends[r] + grow[r] for r in ends])
 
 # %% ../nbs/08_perf_model.ipynb #s2080060
-def _simulated(s, sp, ar, c, dp, sync, interference:float=0.0, link:_Link|None=None):
+def _simulated(s, sp, ar, c, dp, sync, interference:float=0.0, link:_Link|None=None, blocking:bool=False):
     "Simulate the lowered program once with everything; the compute alone is its order replayed (the all-reduce tail is what follows the last compute)."
-    full = simulate(lower(s, sync, dp), _costs(s, sp, ar, c))
+    full = simulate(lower(s, sync, dp), _costs(s, sp, ar, c, blocking=blocking))
     # all-reduces never delay compute in the program (issued after it, waited at the end), so the compute ends where it would
     # without them: equal to a third simulation without all-reduce, over 288 configurations of six schedules (2026-11-25)
     no_ar = max((e.end for e in full.events if e.kind in ('F', 'B', 'W')), default=full.makespan)
@@ -494,7 +494,7 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     ar, gather = _zero_terms(s, profile, ar) if zero else (ar, 0.0)   # the gather: after the optimizer step, on the critical path
     policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
-    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy, profile.interference, _shared_link(s, profile, dp, sp, ar))
+    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy, profile.interference, _shared_link(s, profile, dp, sp, ar), profile.blocking_send)
     t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
     mem = _on_device(profile, s, sp, _memory(s, sp, optimizer, zero, dp)) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size

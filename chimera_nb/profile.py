@@ -240,7 +240,8 @@ def _check_fields(p):
     "The fields that are not costs: text, true/false, a table, the sequence length; else a one-line ValueError (a loaded file may hold anything)."
     for k in _TEXT_FIELDS:
         if not isinstance(getattr(p, k), str): raise ValueError(f"profile: {k} must be text, got {type(getattr(p, k)).__name__} {repr(getattr(p, k))[:40]}")
-    if not isinstance(p.comm_overlaps, bool): raise ValueError(f"profile: comm_overlaps must be true or false, got {repr(p.comm_overlaps)[:40]}")
+    for k in ('comm_overlaps', 'blocking_send'):
+        if not isinstance(getattr(p, k), bool): raise ValueError(f"profile: {k} must be true or false, got {repr(getattr(p, k))[:40]}")
     for k in ('versions', 'machine'):
         if not isinstance(getattr(p, k), dict): raise ValueError(f"profile: {k} must be a table of name: value, got {type(getattr(p, k)).__name__}")
     check_number('seq_len', p.seq_len, int, lo=0, hi=1 << 24)
@@ -284,6 +285,7 @@ class Profile:
     injection_bandwidth: float = math.inf  # bytes/s of a node's link its p2p messages and all-reduces share (`Hardware.network`; inf: not shared)
     group_nodes: int = 0                   # nodes behind one group's uplinks (0: one flat network)
     uplink_bandwidth: float = math.inf     # bytes/s a group's uplinks carry out of it
+    blocking_send: bool = False   # a send holds its sender until the message has arrived (`Hardware.transport`)
 
     def __post_init__(self):
         self.layers = _checked_layers(self.model, self.layers)
@@ -580,7 +582,7 @@ def estimate_profile(model:str, # a BERT, GPT-2 or Llama-family preset (catalog.
                    source=f'estimated:{hardware.name}', memory_bytes=hardware.memory_bytes, versions=dict(versions()),
                    gpus_per_node=hardware.gpus_per_node, links_per_node=hardware.links_per_node, host_memory_bytes=hardware.host_memory_bytes,
                    runtime_bytes=hardware.runtime.reserved_bytes, allocator_slack=hardware.runtime.allocator_slack,
-                   gradient_copies=hardware.runtime.gradient_copies, interference=hardware.transport.interference,
+                   gradient_copies=hardware.runtime.gradient_copies, interference=hardware.transport.interference, blocking_send=hardware.transport.blocking_send,
                    **hardware.network._asdict(),   # the links its flows share
                    date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec='seconds'))
 

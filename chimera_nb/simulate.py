@@ -53,6 +53,7 @@ class Costs:
     allreduce: float|Sequence = 0.0 # gradient all-reduce time of one stage among its replicas
     recompute: float = 1.0          # forwards added to a backward under recomputation (0: not counted)
     optimizer: float = 0.0          # optimizer step at the end of the iteration
+    blocking_send: bool = False     # a send holds its sender until the message has arrived (gloo's send from the compute thread)
     unit: str = 'cost units'        # what the times are in: 's' for a profile's seconds (`perf_model.predicted_costs`)
 
     def __post_init__(self):
@@ -64,6 +65,7 @@ class Costs:
                     tuple(_check_time(x, f"{name}[{i}]") for i, x in enumerate(v)))
         for name in ('p2p', 'p2p_bytes', 'recompute', 'optimizer'): setattr(self, name, _check_time(getattr(self, name), name))
         self.bandwidth = _check_time(self.bandwidth, 'bandwidth', positive=True, allow_inf=True)
+        if not isinstance(self.blocking_send, bool): raise TypeError(f"Costs.blocking_send must be True or False, got {self.blocking_send!r:.40}")
         if self.unit not in ('cost units', 's'): raise ValueError(f"Costs.unit must be 'cost units' or 's', got {self.unit!r}")
 
 # %% ../nbs/01_simulate.ipynb #s2010005
@@ -310,7 +312,7 @@ class _Sim:
         self.prog, self.n = prog, len(prog.ranks)
         self.cost = costs.action_costs(s)
         self.transfer, self.ar = costs.transfer(s), costs.per_stage('allreduce', s)
-        self.opt = costs.optimizer
+        self.opt, self.blocking = costs.optimizer, costs.blocking_send
         self.pos, self.clock = [0] * self.n, [0.0] * self.n
         self.arrival, self.link_free = {}, {}   # (msg, dst) -> arrival time; (src, dst) -> link free from
         self.waiting = {}                        # (msg, dst) -> the rank blocked on it
@@ -340,6 +342,7 @@ def run_rank(self:_Sim, r:int) -> list:
                 link_free[(r, dst)] = arrive
                 arrival[(m, dst)] = arrive
                 if arrive > depart: events.append(new(Event, (r, 'SEND', m[1], m[2], m[3], depart, arrive, dst)))
+                if self.blocking: t = arrive   # the sender's own thread moves the bytes
             w = waiting.pop((m, dst), None)
             if w is not None: woken.append(w)
         elif k is Recv:
