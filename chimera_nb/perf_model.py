@@ -431,7 +431,8 @@ def _union(spans:list) -> list:
 def _link_growth(link:_Link, messages:list, reduces:list) -> float:
     "Seconds a rank's all-reduces (start, end, stage) run longer for yielding the link to its `messages` beyond what the link carries."
     msgs = _union(messages)
-    return sum(_overlap(msgs, [(a, b)]) * max(0.0, link.message_rate + link.reduce_rate[st] - link.rate) / link.reduce_rate[st] for a, b, st in reduces)
+    return sum(_overlap(msgs, [(a, b)]) * max(0.0, link.message_rate + link.reduce_rate[st] - link.rate) / link.reduce_rate[st]
+               for a, b, st in reduces if link.reduce_rate[st] < math.inf)   # one within a node stays off the link
 
 def _stretched_end(tl:Timeline, factor:float, link:_Link|None=None) -> float:
     "The iteration's end when each rank's compute beside its own all-reduces takes (1 + `factor`) times as long there, and its all-reduces share its node's `link` with its messages."
