@@ -150,14 +150,16 @@ def staged_links(h:Hardware) -> tuple:
 # %% ../nbs/00_hardware.ipynb #2dae29ce
 HARDWARE['p100-daint-gloo'] = HARDWARE['p100-daint']._replace(name='p100-daint-gloo', title='Piz Daint, gloo (the paper\'s setting)',
     p2p_bandwidth=2.83 * _GB, ar_beta=1 / (2.83 * _GB),   # gloo's ring over TCP, as gloo's own benchmark measured it
+    p2p_latency=2 * 44e-6, ar_alpha=44e-6,                # a step of that ring; a message is two of them (its shape, then the tensor)
     transport=Transport(pcie_bandwidth=11.9 * _GB, blocking_send=False),   # the host's sums are in gloo's measured rate; helper threads send
     runtime=RuntimeMemory(reserved_bytes=781e6, gradient_copies=1),
     network=Network(injection_bandwidth=10.2 * _GB, group_nodes=384, uplink_bandwidth=96 * 10 * 4.7 * _GB),
-    assumed='gloo over TCP on IP over Aries runs at gloo\'s published TCP rate (no measurement over Aries exists); 30 us per message; '
+    assumed='gloo over TCP on IP over Aries runs at gloo\'s published TCP rate (no measurement over Aries exists); '
             'every optical port of a group cabled (Piz Daint\'s cabling is not public); the allocator\'s slack and interference: not known (0)',
     source=HARDWARE['p100-daint'].source + '; gloo\'s ring all-reduce over TCP: 20 MB in 10.6 ms on 4 machines on 40 GbE, a bus bandwidth of '
-           '2.83 GB/s (github.com/pytorch/gloo README, "Benchmarking"; one core reached 1.16 GB/s, pytorch/gloo#248), one gloo '
-           'connection per pair carrying the messages too; P100 host copies 11.9 GB/s (pinned, host to device, the slower way, '
+           '2.83 GB/s, and one element in 263 us over its 6 ring steps, 44 us a step (github.com/pytorch/gloo README, "Benchmarking"; '
+           'one core reached 1.16 GB/s, pytorch/gloo#248), one gloo connection per pair carrying the messages too, each message sent '
+           'as its shape and then its tensor (the authors\' runtime, communication.py, _send); P100 host copies 11.9 GB/s (pinned, host to device, the slower way, '
            'measured on Piz Daint: CSCS ReFrame, eth-cscs/reframe at 33bf004, memory_bandwidth.py); 781 MB of device memory '
            'held by a PyTorch process before any tensor (CUDA context and libraries, PyTorch 1.4, the paper\'s era: '
            'github.com/pytorch/pytorch/issues/34323); one flat copy of each stage\'s gradients kept for the all-reduce until the '
