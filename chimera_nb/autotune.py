@@ -618,7 +618,8 @@ def _more_claims() -> list:
     return [C('Fig. 14', 'GPT-2 64 weak scaling 512 → 2,048 nodes (D = 32)', '91.4%', _weak_claim,
               'contention (a model part: `hardware.Network`, a group\'s uplinks shared by its nodes\' flows): Piz Daint\'s optical cabling is '
               'not public, so the setting cables every port and the uplinks never bind; with an eighth of them cabled the claim holds '
-              '(bench/bench_paper.py\'s sensitivity table)'),
+              '(bench/bench_paper.py\'s sensitivity table), counting senders as recursive halving pairs them: gloo\'s ring leaves a '
+              'group only across its boundary, so for gloo that is the upper end'),
             C('§3.3, Fig. 15', 'Bert-48, 64 nodes: eager-sync-opt over eager-sync', '1.09x', _sync_claim,
               'interference (a model part: `Profile.interference`, measured by `chimera-slurm calibrate`): nothing measured it on a P100 with gloo, so the preset keeps 0 and eager sync pays nothing for the middle stages'),
             C('Fig. 17', 'Bert-48, 32 nodes: direct concatenation beats forward doubling', 'direct', functools.partial(_concat_claim, *_BERT32, 'direct', 'doubling'), _MEMORY),

@@ -11,7 +11,7 @@ __all__ = ['ASYNC_SCHEMES', 'AsyncScheme', 'predict_async']
 import dataclasses, statistics
 from typing import NamedTuple
 from .memory import OPTIMIZER_STATES
-from .perf_model import Prediction, Breakdown, predict, stage_times, tie_time, stage_allreduce_times
+from .perf_model import Prediction, Breakdown, predict, stage_times, tie_time, stage_allreduce_times, predicted_costs
 from .profile import Profile, estimate_profile
 from .hardware import HARDWARE
 from .schedules import make_schedule
@@ -50,11 +50,12 @@ def predict_async(profile:Profile, # at the micro-batch size to run
     comp = [p.forward_s * (2 if recompute else 1) + p.backward_s for p in sp]
     i = profile.interference   # the backward an all-reduce overlaps runs (1 + i) times as long while it does
     hidden = lambda ari, p: max(0.0, ari - p.backward_s) + i * min(ari, p.backward_s) if ov else ari   # behind its backward only where comm overlaps compute
-    step = [c + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
+    hold = 2 * predicted_costs(profile, flat, dp).p2p if profile.blocking_send and D > 1 else 0.0   # a send after each forward and backward holds the rank
+    step = [c + hold + (hidden(ari, p) if a.per_microbatch else 0.0) for c, ari, p in zip(comp, ar, sp)]
     tail = 0.0 if a.per_microbatch else max(ar)   # 2BW: once per iteration, behind the next one's compute if it can be
     t = (max(N * max(step), tail) + i * min(tail, N * max(step)) if ov else N * max(step) + tail) + tie_time(flat, profile, dp)
     busy = N * statistics.fmean(comp)
     mem = [profile.device_bytes(m, p.param_bytes) for m, p in zip(_async_memory(a, sp, recompute, optimizer), sp)] if memory else [0.0] * D
-    bd = Breakdown(busy, 0.0, N * max(comp) - busy, t - N * max(comp))
+    bd = Breakdown(busy, N * hold, N * max(comp) - busy, t - N * max(comp) - N * hold)
     return Prediction(scheme, D, dp, profile.micro_batch_size, N, recompute, 'steady-state', t, dp * N * profile.micro_batch_size / t,
                       1 - busy / t, max(mem), mem, bd)

@@ -153,17 +153,21 @@ def _shared_rate(reduce_bytes:float, reduce_s:float, # bytes a rank sends in the
 
 # %% ../nbs/10c_calibrate.ipynb #89708599
 def _link_sharing(a:int, b:int, # the pair that exchanges a message (on two hosts); every rank all-reduces
-                  reduce_bytes:int, message_bytes:int, repeats:int, device) -> float:
-    "Bytes/s of the link rank a's messages share with its all-reduce, as rank a times them (inf: not shared; other ranks return inf); every rank calls this."
+                  reduce_bytes:int, message_bytes:int, repeats:int, device,
+                  node_ranks:int=1, # ranks on rank a's host, all reducing across hosts while it sends
+                 ) -> float:
+    "Bytes/s of rank a's node link, shared by its messages and its ranks' all-reduces, as rank a times them (inf: not shared; other ranks return inf); every rank calls this."
     import torch, torch.distributed as dist
-    me, w = dist.get_rank(), dist.get_world_size()
+    from chimera_nb.comm import current_comm
+    c, me, w = current_comm(device), dist.get_rank(), dist.get_world_size()
     buf, out, got = (torch.zeros(max(n // 4, 1), device=device) for n in (reduce_bytes, message_bytes, message_bytes))
     peer = {a: b, b: a}.get(me)
-    def exchange():
-        for op in ([dist.isend(out, peer), dist.irecv(got, peer)] if peer is not None else []): op.wait()
-    def both(): h = dist.all_reduce(buf, async_op=True); exchange(); h.wait()
-    t = [_timed(f, repeats, device) for f in (lambda: dist.all_reduce(buf), exchange, both)]
-    return _shared_rate(2 * (w - 1) / w * reduce_bytes, t[0], message_bytes, t[1], t[2]) if me == a else math.inf
+    def exchange():   # both ways at once, as one batch: NCCL would deadlock two sends posted before their receives
+        if peer is None: return
+        for op in dist.batch_isend_irecv([dist.P2POp(dist.isend, out, peer), dist.P2POp(dist.irecv, got, peer)]): op.wait()
+    def both(): h = c.all_reduce(buf, None); exchange(); c.wait(h, 600)
+    t = [_timed(f, repeats, device) for f in (lambda: c.wait(c.all_reduce(buf, None), 600), exchange, both)]
+    return _shared_rate(node_ranks * 2 * (w - 1) / w * reduce_bytes, t[0], message_bytes, t[1], t[2]) if me == a else math.inf
 
 # %% ../nbs/10c_calibrate.ipynb #769de225
 def _runtime_memory(device) -> tuple:
@@ -274,7 +278,7 @@ def _run_calibration(cfg:TrainConfig, # the run file's: model, dtype and seq_len
                  p2p_inter=((0, other), msgs, _pingpong(0, other, msgs, repeats, dev)) if other is not None else None,
                  **{k: (tuple(range(world)), grads, _collective(k, grads, repeats, dev)) if world > 1 else None for k in ('allreduce', 'reduce_scatter', 'all_gather')})
     inter = [None] * world; dist.all_gather_object(inter, _interference(max(grads), repeats, dev) if world > 1 else 0.0)
-    shared = [None] * world; dist.all_gather_object(shared, _link_sharing(0, other, max(grads), max(msgs), repeats, dev) if other is not None else math.inf)
+    shared = [None] * world; dist.all_gather_object(shared, _link_sharing(0, other, max(grads), max(msgs), repeats, dev, hosts.count(hosts[0])) if other is not None else math.inf)
     held = [None] * world; dist.all_gather_object(held, _runtime_memory(dev))   # after the layers and collectives ran here
     if dist.get_rank(): return None
     prof = _calibrated(p, hosts, {k: _fit_link(*v) for k, v in timed.items() if v}, dev, name or _profile_name(os.environ.get('SLURM_JOB_PARTITION'), s), s.dtype,

@@ -134,7 +134,7 @@ def check_hardware(h:Hardware) -> Hardware:
     check_number('Hardware.transport.interference', h.transport.interference, float, lo=0, hi=10)
     if not isinstance(h.transport.blocking_send, bool): raise ValueError(f"Hardware.transport.blocking_send must be True or False, got {h.transport.blocking_send!r:.40}")
     for n in ('injection_bandwidth', 'uplink_bandwidth'): check_number(f"Hardware.network.{n}", getattr(h.network, n), float, lo=0, open_lo=True, finite=False)
-    check_number('Hardware.network.group_nodes', h.network.group_nodes, int, lo=0)
+    check_number('Hardware.network.group_nodes', h.network.group_nodes, int, lo=0, hi=1 << 20)
     check_number('Hardware.runtime.reserved_bytes', h.runtime.reserved_bytes, float, lo=0, hi=h.memory_bytes)
     check_number('Hardware.runtime.allocator_slack', h.runtime.allocator_slack, float, lo=0, hi=1)
     check_number('Hardware.runtime.gradient_copies', h.runtime.gradient_copies, float, lo=0, hi=8)

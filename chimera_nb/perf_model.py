@@ -126,7 +126,7 @@ def _one_node(replicas:Sequence[int], D:int, dp:int, g:int) -> bool:
     return min(replicas) // g == ((dp - 1) * D + max(replicas)) // g
 
 def _step_bytes(r:int, nbytes:float) -> list:
-    "Bytes a rank sends in each step of Rabenseifner's reduce-scatter, farthest partners first: halves of halves, (r−1)/r of the buffer in all."
+    "Bytes a rank sends in each step of Rabenseifner's reduce-scatter, farthest partners first: halves of halves, (r−1)/r of the buffer in all (for r not a power of two, an approximation)."
     K = (r - 1).bit_length()
     return [nbytes * (r - 1) / r * 2 ** (K - 1 - k) / (2 ** K - 1) for k in range(K)]
 
@@ -145,15 +145,16 @@ def group_allreduce_time(profile:Profile, # its links and its GPUs per node
     share = max(1.0, (min(g, D) if busy is None else busy) / profile.links_per_node)   # the node's GPUs reducing at once, per link
     beta = profile.ar_beta * share
     if not any(uplink): return allreduce_time(r, nbytes, profile.ar_alpha, beta)
-    # a step ends with its slowest pair: one that leaves its group gets its share of the group's uplinks
-    return allreduce_time(r, 0.0, profile.ar_alpha, 0.0) + 2 * sum(b * max(beta, n / profile.uplink_bandwidth) for b, n in zip(_step_bytes(r, nbytes), uplink))
+    # a step ends with its slowest pair: one that leaves its group gets its share of the group's uplinks (written as what
+    # that adds, so nothing binding gives Rabenseifner's time exactly)
+    return allreduce_time(r, nbytes, profile.ar_alpha, beta) + 2 * sum(b * max(0.0, n / profile.uplink_bandwidth - beta) for b, n in zip(_step_bytes(r, nbytes), uplink))
 
 # %% ../nbs/08_perf_model.ipynb #5da899ab
 @functools.lru_cache(maxsize=64)
 def _senders(replicas:tuple, # per stage, the pipeline ranks holding it
              D:int, dp:int, per_group:int, # depth, W, ranks behind one group's uplinks
             ) -> tuple:
-    "`_uplink_senders` of a placement: each stage's group in rank order, index i paired with i xor 2^k as Rabenseifner pairs them."
+    "`_uplink_senders` of a placement: each stage's group in rank order, index i paired with i xor 2^(K−1−k) at step k as recursive halving pairs them."
     weight = collections.Counter(d for reps in replicas for d in reps)   # a rank reduces its stages one at a time
     load, depth = collections.Counter(), []   # (step, network group) -> ranks sending out of it
     for reps in replicas:
@@ -413,26 +414,27 @@ def _overlap(a:list, b:list) -> float:
 
 # %% ../nbs/08_perf_model.ipynb #389af884
 class _Link(NamedTuple):
-    "A node's link, which a rank's messages across nodes share with its all-reduces (`Profile.injection_bandwidth`)."
-    rate: float          # bytes/s of the link, each way
-    message_rate: float  # bytes/s a message moves at
-    reduce_rate: list    # bytes/s each stage's all-reduce moves at on a rank, each way (inf: within one node, off the link)
+    "A rank's share of its node's link, which its messages across nodes share with its all-reduces (`Profile.injection_bandwidth`)."
+    rate: float          # bytes/s of the rank's share of the link, each way
+    message_rate: float  # bytes/s a message moves at (at most the share)
+    reduce_rate: list    # bytes/s each stage's all-reduce moves at on a rank, each way (inf: within one node or nothing to move)
     gpus_per_node: int
 
-def _union(spans:list) -> list:
-    "Sorted disjoint intervals covering `spans` (a rank's messages to two neighbours may overlap)."
-    out = []
-    for a, b in sorted(spans):
-        if out and a <= out[-1][1]: out[-1] = (out[-1][0], max(out[-1][1], b))
-        else: out.append((a, b))
-    return out
+def _in_flight(spans:list, lo:float, hi:float) -> list:
+    "(seconds, messages in flight) of each piece of [lo, hi] where at least one of the message `spans` (start, end) is."
+    near = [(a, b) for a, b in spans if a < hi and b > lo]
+    marks = sorted({lo, hi, *(t for a, b in near for t in (a, b) if lo < t < hi)})
+    return [(b - a, k) for a, b in zip(marks, marks[1:]) if (k := sum(s <= a and b <= e for s, e in near))]
 
 # %% ../nbs/08_perf_model.ipynb #6f56425c
 def _link_growth(link:_Link, messages:list, reduces:list) -> float:
-    "Seconds a rank's all-reduces (start, end, stage) run longer for yielding the link to its `messages` beyond what the link carries."
-    msgs = _union(messages)
-    return sum(_overlap(msgs, [(a, b)]) * max(0.0, link.message_rate + link.reduce_rate[st] - link.rate) / link.reduce_rate[st]
-               for a, b, st in reduces if link.reduce_rate[st] < math.inf)   # one within a node stays off the link
+    "Seconds a rank's all-reduces (start, end, stage) fall behind for yielding the link to the `messages` beside them: (k·m + a − I)⁺/a of each piece with k in flight, at most all of it."
+    out = 0.0
+    for lo, hi, st in reduces:
+        a = link.reduce_rate[st]
+        if not 0 < a < math.inf: continue   # within one node, or nothing to move: off the link
+        out += sum(dt * min(1.0, max(0.0, k * link.message_rate + a - link.rate) / a) for dt, k in _in_flight(messages, lo, hi))
+    return out
 
 def _stretched_end(tl:Timeline, factor:float, link:_Link|None=None) -> float:
     "The iteration's end when each rank's compute beside its own all-reduces takes (1 + `factor`) times as long there, and its all-reduces share its node's `link` with its messages."
@@ -448,6 +450,7 @@ def _stretched_end(tl:Timeline, factor:float, link:_Link|None=None) -> float:
         ar = sorted(spans[r, 'AR'])
         grow[r] = factor * _overlap(sorted(spans[r, 'compute']), [(a, b) for a, b, _ in ar])
         if link: grow[r] += max(_link_growth(link, spans[r, way], ar) for way in ('out', 'in'))
+    if not all(map(math.isfinite, grow.values())): raise ValueError(f"the contention terms are not finite: {grow}")   # max() would drop a NaN
     return max([tl.makespan] + [ends[r] + grow[r] for r in ends])
 
 # %% ../nbs/08_perf_model.ipynb #s2080060
@@ -466,14 +469,17 @@ def _simulated(s, sp, ar, c, dp, sync, interference:float=0.0, link:_Link|None=N
 
 # %% ../nbs/08_perf_model.ipynb #7f429b4c
 def _shared_link(s:Schedule, profile:Profile, dp:int, sp:list, ar:list) -> _Link|None:
-    "The node link a rank's messages share with its all-reduces, where the profile says one is shared (else None)."
-    if profile.injection_bandwidth == math.inf or s.num_ranks == 1: return None
+    "A rank's share of its node's link, where two messages and its fastest all-reduce could exceed it (else None: nothing to add)."
+    if profile.injection_bandwidth == math.inf or profile.p2p_bandwidth == math.inf or s.num_ranks == 1: return None
     g, D = profile.gpus_per_node, s.num_ranks
+    share = profile.injection_bandwidth / _busy_crossings(s, profile, dp)   # the node's ranks reducing across nodes at once split it
     def rate(st, t):
-        r = len(s.replicas(st)) * dp
-        off = t <= 0 or (g > 1 and _one_node(s.replicas(st), D, dp, g))   # nothing to send, or over the node's own links
-        return math.inf if off else 2 * (r - 1) / r * sp[st].param_bytes / t
-    return _Link(profile.injection_bandwidth, profile.p2p_bandwidth, [rate(st, t) for st, t in enumerate(ar)], g)
+        r, nbytes = len(s.replicas(st)) * dp, sp[st].param_bytes
+        off = t <= 0 or nbytes <= 0 or (g > 1 and _one_node(s.replicas(st), D, dp, g))   # nothing to move, or the node's own links move it
+        return math.inf if off else 2 * (r - 1) / r * nbytes / t
+    rates, m = [rate(st, t) for st, t in enumerate(ar)], min(profile.p2p_bandwidth, share)
+    if 2 * m + max((x for x in rates if x < math.inf), default=0.0) <= share: return None   # a message to each neighbour and the all-reduce fit
+    return _Link(share, m, rates, g)
 
 # %% ../nbs/08_perf_model.ipynb #s2080062
 def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
@@ -492,10 +498,11 @@ def predict(profile:Profile, # at the micro-batch size to run (`profile.at(B)`)
     if sync not in SYNC_POLICIES: raise ValueError(f"unknown sync {sync!r}: choose one of {SYNC_POLICIES}")
     s = schedule
     sp, ar, c = _stage_terms(s, profile, dp)
+    link = _shared_link(s, profile, dp, sp, ar)   # from the all-reduce's bytes and time: a reduce-scatter moves half in half the time
     ar, gather = _zero_terms(s, profile, ar) if zero else (ar, 0.0)   # the gather: after the optimizer step, on the critical path
     policy, tie = sync if profile.comm_overlaps else 'end', tie_time(s, profile, dp)
     eq1 = _analytic(s, sp, ar, c, dp, policy) if method == 'analytic' or cross_check else (math.nan,) * 5
-    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy, profile.interference, _shared_link(s, profile, dp, sp, ar), profile.blocking_send)
+    t, bubble, bd, cf, cb = eq1 if method == 'analytic' else _simulated(s, sp, ar, c, dp, policy, profile.interference, link, profile.blocking_send)
     t, bd = t + tie + gather, bd._replace(allreduce=bd.allreduce + tie + gather)
     mem = _on_device(profile, s, sp, _memory(s, sp, optimizer, zero, dp)) if memory else [0.0] * s.num_ranks
     samples = dp * s.microbatches * s.microbatch_scale * profile.micro_batch_size

@@ -82,18 +82,27 @@ def test_autotuner_hands_a_runnable_train_config():
 
 @settings(max_examples=examples(100), deadline=None)
 @given(name=st.sampled_from(['gpipe', '1f1b', 'chimera', 'interleaved-1f1b', 'zb-h1']), D=st.sampled_from([2, 4, 8]),
-       dp=st.sampled_from([1, 2, 4, 8]), g=st.sampled_from([1, 2, 8]), group=st.sampled_from([0, 1, 2, 4]),
-       link=st.floats(0.5e9, 50e9), uplink=st.floats(1e9, 400e9), sync=st.sampled_from(['eager', 'end']))
-def test_contention_never_makes_an_iteration_faster(name, D, dp, g, group, link, uplink, sync):
+       dp=st.sampled_from([1, 2, 3, 4, 8]), g=st.sampled_from([1, 2, 8]), group=st.sampled_from([0, 1, 2, 4]),
+       link=st.floats(0.5e9, 50e9), uplink=st.floats(1e9, 400e9), sync=st.sampled_from(['eager', 'end']),
+       p2p=st.sampled_from([25e9, 2e9, math.inf]), zero=st.sampled_from([None, 1]))
+def test_contention_never_makes_an_iteration_faster(name, D, dp, g, group, link, uplink, sync, p2p, zero):
     "Shared links (a node's, a group's uplinks) and sends that hold their sender only add time, on every schedule and layout; with nothing shared the prediction is the old one."
     import dataclasses
-    free = dataclasses.replace(estimate_profile('bert-48', HARDWARE['l4'], 4), gpus_per_node=g)
+    free = dataclasses.replace(estimate_profile('bert-48', HARDWARE['l4'], 4), gpus_per_node=g, p2p_bandwidth=p2p)
     shared = dataclasses.replace(free, injection_bandwidth=link, group_nodes=group, uplink_bandwidth=uplink)
-    s = make_schedule(name, D, 2 * D)
-    a, b = predict(free, s, dp, sync=sync, memory=False), predict(shared, s, dp, sync=sync, memory=False)
-    assert math.isfinite(b.iteration_s) and b.iteration_s >= a.iteration_s * (1 - 1e-12), (a, b)
+    s, kw = make_schedule(name, D, 2 * D), dict(sync=sync, memory=False, zero=zero)
+    a, b = predict(free, s, dp, **kw), predict(shared, s, dp, **kw)
+    assert math.isfinite(b.iteration_s) and b.iteration_s >= a.iteration_s, (a, b)
     assert math.isclose(b.breakdown.compute, a.breakdown.compute, rel_tol=1e-12)   # contention slows communication, not the layers
     off = dataclasses.replace(shared, injection_bandwidth=math.inf, uplink_bandwidth=math.inf)
-    assert predict(off, s, dp, sync=sync, memory=False).iteration_s == a.iteration_s
-    held = predict(dataclasses.replace(free, blocking_send=True), s, dp, sync=sync, memory=False)   # a send that holds its sender
+    assert predict(off, s, dp, **kw).iteration_s == a.iteration_s
+    held = predict(dataclasses.replace(free, blocking_send=True), s, dp, **kw)   # a send that holds its sender
     assert held.iteration_s >= a.iteration_s * (1 - 1e-12) and math.isclose(held.breakdown.compute, a.breakdown.compute, rel_tol=1e-12), (a, held)
+
+
+def test_contention_on_stages_without_parameters():
+    "A stage with nothing to all-reduce stays off the link (it divided by zero once)."
+    import dataclasses
+    p = dataclasses.replace(estimate_profile('bert-48', HARDWARE['l4'], 4), injection_bandwidth=1e9, p2p_bandwidth=5e9, ar_alpha=1e-5)
+    p = dataclasses.replace(p, layers=[l._replace(params=0, param_bytes=0) for l in p.layers])
+    assert math.isfinite(predict(p, make_schedule('chimera', 4, 8), 2, memory=False).iteration_s)
